@@ -1,0 +1,83 @@
+"""The two recipes every chapter runs in, chosen by one environment variable.
+
+``COURSE_MODE=ci``   the CPU recipe: small, about two minutes a chapter on 2 cores,
+                     still a real result. The default when no GPU is present.
+``COURSE_MODE=full`` the recipe that reproduces the headline numbers, meant for a GPU.
+                     The default when a GPU is present.
+
+A chapter writes both recipes side by side and lets ``lib`` choose::
+
+    hp = config.recipe(ci=dict(epochs=1, max_len=200), full=dict(epochs=3, max_len=500))
+    hp.epochs, hp.mode   # -> 1, "ci" on a laptop
+
+Chapters never read the environment themselves.
+"""
+from __future__ import annotations
+
+import os
+from types import MappingProxyType
+from typing import Any
+
+ENV_VAR = "COURSE_MODE"
+MODES = ("ci", "full")
+
+__all__ = ["ENV_VAR", "MODES", "mode", "is_full", "Recipe", "recipe"]
+
+
+def mode() -> str:
+    """The active recipe: the value of COURSE_MODE, else "full" with a GPU and "ci" without."""
+    value = os.environ.get(ENV_VAR, "").strip().lower()
+    if value:
+        if value not in MODES:
+            raise ValueError(f"{ENV_VAR}={value!r} is not a recipe: use one of {', '.join(MODES)}")
+        return value
+    import torch
+
+    return "full" if torch.cuda.is_available() else "ci"
+
+
+def is_full() -> bool:
+    return mode() == "full"
+
+
+class Recipe:
+    """Read-only hyper-parameters of the active recipe: attribute and item access."""
+
+    def __init__(self, mode: str, values: dict[str, Any]):
+        object.__setattr__(self, "mode", mode)
+        object.__setattr__(self, "_values", MappingProxyType(dict(values)))
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self._values[name]
+        except KeyError:
+            raise AttributeError(f"recipe ({self.mode}) has no hyper-parameter {name!r}; "
+                                 f"it has {sorted(self._values)}") from None
+
+    def __getitem__(self, name: str) -> Any:
+        return self.__getattr__(name)
+
+    def __setattr__(self, name, value):
+        raise AttributeError("a recipe is read-only: change it where it is defined")
+
+    def asdict(self) -> dict[str, Any]:
+        return dict(self._values)
+
+    def __repr__(self) -> str:
+        items = ", ".join(f"{k}={v!r}" for k, v in self._values.items())
+        return f"Recipe[{self.mode}]({items})"
+
+
+def recipe(ci: dict[str, Any], full: dict[str, Any], mode_: str | None = None) -> Recipe:
+    """Return the hyper-parameters of the active recipe.
+
+    Both dicts must name the same hyper-parameters, so that a typo in one of them
+    cannot silently fall back to something else.
+    """
+    if set(ci) != set(full):
+        raise ValueError(f"the ci and full recipes name different hyper-parameters: "
+                         f"only in ci {sorted(set(ci) - set(full))}, only in full {sorted(set(full) - set(ci))}")
+    m = mode_ or mode()
+    if m not in MODES:
+        raise ValueError(f"unknown recipe {m!r}: use one of {', '.join(MODES)}")
+    return Recipe(m, ci if m == "ci" else full)

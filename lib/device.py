@@ -1,0 +1,139 @@
+"""Where the code runs: device choice, mixed precision, seeding, a one-line summary.
+
+Every chapter starts with::
+
+    from lib import device
+    dev = device.setup(seed=0)      # picks cuda > mps > cpu, seeds everything
+    print(device.summary())         # one line: device, dtype, recipe, threads
+
+The same notebook then runs unchanged on a laptop CPU and on a GPU.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import random
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+__all__ = ["pick_device", "autocast_dtype", "needs_grad_scaler", "autocast", "seed_everything",
+           "setup", "summary", "Precision", "precision"]
+
+
+def pick_device(prefer: str | None = None) -> torch.device:
+    """Return the best available device: cuda, then mps, then cpu.
+
+    ``prefer`` (or the environment variable ``COURSE_DEVICE``) forces one, e.g. "cpu";
+    asking for a device that is not available raises a ``RuntimeError`` saying so.
+    """
+    prefer = prefer or os.environ.get("COURSE_DEVICE") or None
+    if prefer is not None:
+        kind = prefer.split(":")[0]
+        available = {"cpu": True, "cuda": torch.cuda.is_available(), "mps": _mps_available()}
+        if kind not in available:
+            raise ValueError(f"unknown device {prefer!r}: expected one of cpu, cuda, mps")
+        if not available[kind]:
+            raise RuntimeError(f"device {prefer!r} was requested but is not available on this machine")
+        return torch.device(prefer)
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if _mps_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def _mps_available() -> bool:
+    backend = getattr(torch.backends, "mps", None)
+    return bool(backend is not None and backend.is_available())
+
+
+@dataclass(frozen=True)
+class Precision:
+    """How a device trains: the autocast dtype (None = full fp32) and whether a GradScaler is needed."""
+    device_type: str
+    dtype: torch.dtype | None
+    grad_scaler: bool
+
+    @property
+    def name(self) -> str:
+        return "fp32" if self.dtype is None else str(self.dtype).replace("torch.", "")
+
+
+def precision(device: torch.device | str) -> Precision:
+    """bf16 autocast where the GPU supports it, fp16 with a grad scaler otherwise, none on cpu."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        if torch.cuda.is_bf16_supported():
+            return Precision("cuda", torch.bfloat16, False)
+        return Precision("cuda", torch.float16, True)
+    if device.type == "mps":
+        return Precision("mps", torch.float16, True)
+    return Precision(device.type, None, False)
+
+
+def autocast_dtype(device: torch.device | str) -> torch.dtype | None:
+    return precision(device).dtype
+
+
+def needs_grad_scaler(device: torch.device | str) -> bool:
+    return precision(device).grad_scaler
+
+
+def autocast(device: torch.device | str):
+    """A context manager: autocast to the device's dtype, or nothing on cpu."""
+    p = precision(device)
+    if p.dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=p.device_type, dtype=p.dtype)
+
+
+def seed_everything(seed: int = 0, deterministic: bool = False) -> None:
+    """Seed python, numpy and torch (all cuda devices too).
+
+    ``deterministic=True`` also asks PyTorch for deterministic kernels (slower on GPU;
+    an op without a deterministic implementation then raises instead of silently varying).
+    """
+    if not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+    if torch.cuda.is_available():
+        torch.cuda.manual_seed_all(seed)
+    if deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True)
+        torch.backends.cudnn.benchmark = False
+        torch.backends.cudnn.deterministic = True
+    else:
+        torch.use_deterministic_algorithms(False)
+
+
+_current: torch.device | None = None
+
+
+def setup(seed: int = 0, deterministic: bool = False, prefer: str | None = None) -> torch.device:
+    """Pick the device, seed everything, and remember the device for ``summary()``."""
+    global _current
+    _current = pick_device(prefer)
+    seed_everything(seed, deterministic)
+    return _current
+
+
+def summary(device: torch.device | None = None) -> str:
+    """One line saying where this notebook runs, e.g.
+    ``device=cpu (x86_64, 2 threads) | precision=fp32 | recipe=ci | torch 2.13.0``."""
+    from lib import config  # local import: config imports device
+
+    device = device or _current or pick_device()
+    if device.type == "cuda":
+        where = torch.cuda.get_device_name(device)
+    elif device.type == "mps":
+        where = "Apple GPU"
+    else:
+        where = f"{platform.machine()}, {torch.get_num_threads()} threads"
+    return (f"device={device.type} ({where}) | precision={precision(device).name} | "
+            f"recipe={config.mode()} | torch {torch.__version__.split('+')[0]}")

@@ -1,0 +1,156 @@
+"""The set-up, the book configuration and the build tools do what the README promises."""
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+
+import execute_chapters  # noqa: E402
+import strip_outputs  # noqa: E402
+
+
+# ----------------------------------------------------------------------------- set-up
+
+def requirement_lines(path: Path) -> list[str]:
+    return [l.split("#")[0].strip() for l in path.read_text().splitlines() if l.split("#")[0].strip()]
+
+
+def test_torch_is_pinned_through_the_constraints_file():
+    assert "torch==2.13.0" in requirement_lines(ROOT / "constraints.txt")
+    setup = (ROOT / "tools" / "setup.sh").read_text()
+    assert re.search(r"pip install [^\n]*-c constraints\.txt -r requirements\.txt", setup), \
+        "tools/setup.sh must install the requirements under the constraints file"
+    assert torch.__version__.startswith("2.13.0")
+
+
+def test_every_requirement_is_pinned():
+    for line in requirement_lines(ROOT / "requirements.txt"):
+        assert re.fullmatch(r"[A-Za-z0-9_.\-\[\]]+==[0-9][A-Za-z0-9.+\-]*", line), f"not pinned: {line!r}"
+
+
+def test_readme_gives_the_two_commands_and_ci_runs_the_test_command():
+    readme = (ROOT / "README.md").read_text()
+    assert "bash tools/build.sh" in readme and "bash tools/test.sh" in readme
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert re.search(r"^exec bash tools/test\.sh$", ci, re.M)
+    for script in ("build.sh", "test.sh", "setup.sh"):
+        assert (ROOT / "tools" / script).exists()
+
+
+# ----------------------------------------------------------------------------- the book
+
+def toc_files() -> list[str]:
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    return [c["file"] for part in toc["parts"] for c in part["chapters"]]
+
+
+def test_toc_has_the_three_parts_of_the_syllabus_and_every_file_exists():
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    captions = [p["caption"] for p in toc["parts"]]
+    for part in ("Part I", "Part II", "Part III"):
+        assert any(c.startswith(part) for c in captions), f"{part} missing from _toc.yml"
+    for f in [toc["root"], *toc_files()]:
+        assert (ROOT / f"{f}.md").exists() or (ROOT / f"{f}.ipynb").exists(), f"{f} is in _toc.yml but missing"
+
+
+def test_config_executes_with_cache_and_serves_its_own_javascript():
+    cfg = yaml.safe_load((ROOT / "_config.yml").read_text())
+    assert cfg["execute"]["execute_notebooks"] == "cache"
+    assert cfg["execute"]["timeout"] > 0
+    sphinx = cfg["sphinx"]["config"]
+    assert not re.match(r"^(https?:)?//", sphinx["mathjax_path"])
+    for url in sphinx["nb_ipywidgets_js"]:
+        assert not re.match(r"^(https?:)?//", url), f"widget JS from another host: {url}"
+    assert "book/_static_vendor" in sphinx["html_static_path"]
+
+
+def test_bibliography_has_the_papers_of_the_syllabus():
+    from pybtex.database import parse_file
+
+    keys = set(parse_file(str(ROOT / "references.bib")).entries)
+    for key in ("bahdanau2015neural", "luong2015effective", "vaswani2017attention", "maas2011learning",
+                "sukhbaatar2019adaptive", "sukhbaatar2019augmenting", "lample2019large", "peters2018deep",
+                "radford2018improving", "devlin2019bert", "dai2019transformer", "yang2019xlnet",
+                "lewis2020bart", "lan2020albert", "raffel2020exploring", "fedus2022switch", "sun2019ernie"):
+        assert key in keys, key
+
+
+def test_every_citation_in_the_book_is_in_the_bibliography():
+    from pybtex.database import parse_file
+
+    keys = set(parse_file(str(ROOT / "references.bib")).entries)
+    sources = [*ROOT.glob("*.md"), *(ROOT / "chapters").glob("*.ipynb")]
+    for src in sources:
+        for group in re.findall(r"\{cite(?::[a-z]+)?\}`([^`]+)`", src.read_text(encoding="utf-8")):
+            for key in group.split(","):
+                assert key.strip() in keys, f"{src.name} cites {key.strip()!r}, not in references.bib"
+
+
+def test_chapters_are_committed_without_stray_outputs():
+    for nb in (ROOT / "chapters").glob("*.ipynb"):
+        assert strip_outputs.main(["--check", str(nb)]) == 0, f"{nb.name}: run tools/strip_outputs.py"
+
+
+# ----------------------------------------------------------------------------- tools
+
+def make_notebook(path: Path, *sources: str) -> Path:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(s) for s in sources]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, path)
+    return path
+
+
+def test_strip_outputs_keeps_only_checked_cells(tmp_path):
+    nb = nbformat.v4.new_notebook()
+    kept = nbformat.v4.new_code_cell("# NBVAL_CHECK_OUTPUT\nprint(1)", execution_count=1,
+                                     outputs=[nbformat.v4.new_output("stream", text="1\n")])
+    dropped = nbformat.v4.new_code_cell("print(2)", execution_count=2,
+                                        outputs=[nbformat.v4.new_output("stream", text="2\n")])
+    nb.cells = [kept, dropped]
+    path = tmp_path / "n.ipynb"
+    nbformat.write(nb, path)
+    assert strip_outputs.main(["--check", str(path)]) == 1
+    strip_outputs.main([str(path)])
+    out = json.loads(path.read_text())
+    assert out["cells"][0]["outputs"] and out["cells"][0]["execution_count"] == 1
+    assert out["cells"][1]["outputs"] == [] and out["cells"][1]["execution_count"] is None
+    assert strip_outputs.main(["--check", str(path)]) == 0
+
+
+def test_execute_chapters_caches_a_notebook_and_kills_one_over_budget(tmp_path, capsys):
+    cache = tmp_path / "cache"
+    quick = make_notebook(tmp_path / "quick.ipynb", "x = 6 * 7\nprint(x)")
+    slow = make_notebook(tmp_path / "slow.ipynb", "import time\ntime.sleep(600)")
+    execute_chapters.ROOT, root = tmp_path, execute_chapters.ROOT
+    try:
+        assert execute_chapters.execute([quick], budget=120, cache_dir=cache) == 0
+        from jupyter_cache import get_cache
+
+        record = get_cache(str(cache)).match_cache_notebook(nbformat.read(quick, as_version=4))
+        cached = get_cache(str(cache)).get_cache_bundle(record.pk).nb
+        assert "42" in cached.cells[0].outputs[0]["text"]
+        assert execute_chapters.execute([quick], budget=120, cache_dir=cache) == 0
+        assert "cached, not run again" in capsys.readouterr().out
+        start = time.perf_counter()
+        assert execute_chapters.execute([slow], budget=8, cache_dir=cache) == 1
+        assert time.perf_counter() - start < 60
+        assert "over its budget" in capsys.readouterr().out
+    finally:
+        execute_chapters.ROOT = root
+
+
+def test_toc_notebooks_lists_chapters_in_reading_order():
+    names = [p.name for p in execute_chapters.toc_notebooks()]
+    assert names == sorted(names)
+    assert all(p.suffix == ".ipynb" for p in execute_chapters.toc_notebooks())

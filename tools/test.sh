@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The whole test pass (what CI runs): lib unit tests, the exercise proofs, every
+# chapter under nbval in the CI recipe, the book build with -W, and the built site in
+# headless Chromium. Prints how long each stage took.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+source tools/env.sh
+export COURSE_MODE=${COURSE_MODE:-ci}
+reports=_build/test-reports
+rm -rf "$reports" && mkdir -p "$reports"
+declare -a STAGES=()
+status=0
+
+stage() {  # stage NAME COMMAND...: run, time, remember the result
+  local name=$1; shift
+  echo; echo "=== stage: $name"
+  local start=$SECONDS
+  "$@"; local rc=$?
+  local took=$((SECONDS - start))
+  STAGES+=("$(printf '%-10s %5ds  %s' "$name" "$took" "$([ $rc = 0 ] && echo ok || echo "FAILED ($rc)")")")
+  [ $rc = 0 ] || status=1
+  return $rc
+}
+
+pytest_stage() {  # pytest with a JUnit report per stage; exit 5 (nothing collected) is a failure
+  local name=$1; shift
+  .venv/bin/python -m pytest -q --junitxml="$reports/$name.xml" "$@"
+}
+
+notebooks() {
+  local rc=0 nb
+  for nb in $(.venv/bin/python -c 'import sys; sys.path.insert(0, "tools"); import execute_chapters as e; print(" ".join(str(p.relative_to(e.ROOT)) for p in e.toc_notebooks()))'); do
+    local start=$SECONDS
+    timeout 900 .venv/bin/python -m pytest -q --nbval-lax --junitxml="$reports/nbval-$(basename "$nb" .ipynb).xml" "$nb" || rc=1
+    echo "--- $nb: $((SECONDS - start)) s"
+  done
+  return $rc
+}
+
+stage setup bash tools/setup.sh --browser || { printf '%s\n' "${STAGES[@]}"; exit 1; }
+stage lib pytest_stage lib tests --ignore=tests/test_exercises.py --ignore=tests/test_site.py
+stage exercises pytest_stage exercises tests/test_exercises.py
+stage notebooks notebooks
+stage book bash tools/build.sh
+COURSE_REQUIRE_SITE=1 stage site pytest_stage site tests/test_site.py
+
+echo; echo "=== stage timings"
+printf '%s\n' "${STAGES[@]}"
+.venv/bin/python - "$reports" <<'PY'
+import sys, pathlib, xml.etree.ElementTree as ET
+t = f = s = 0
+for x in pathlib.Path(sys.argv[1]).glob("*.xml"):
+    root = ET.parse(x).getroot()
+    for suite in ([root] if root.tag == "testsuite" else root.iter("testsuite")):
+        n, fail, err, skip = (int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped"))
+        t += n; f += fail + err; s += skip
+print(f"{t - f - s} passed, {f} failed, {s} skipped")
+PY
+exit $status

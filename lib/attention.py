@@ -291,3 +291,42 @@ class MultiHeadAttention(nn.Module):
         else:
             out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=p, training=self.training)
         return self.w_o(merge_heads(out)), weights
+
+    # -- incremental decoding (KV cache) ------------------------------------------------
+    # ``forward`` above is ``attend_projected(query, *project_kv(key, value), mask)``.
+    # A decoder that generates one token at a time keeps the projected keys/values of
+    # the tokens it has already seen and only projects the new ones.
+
+    def project_kv(self, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Project and split into heads: ``key/value (B, Tk, d_model) -> k, v (B, H, Tk, d_head)``."""
+        for name, x in (("key", key), ("value", value)):
+            _check_float(name, x, 3)
+            if x.dim() != 3 or x.shape[-1] != self.d_model:
+                raise ValueError(f"{name} must be (batch, time, d_model={self.d_model}), got {tuple(x.shape)}")
+        return split_heads(self.w_k(key), self.num_heads), split_heads(self.w_v(value), self.num_heads)
+
+    def attend_projected(self, query: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                         mask: torch.Tensor | None = None,
+                         fused: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Attention of ``query (B, Tq, d_model)`` over already projected ``k, v (B, H, Tk, d_head)``.
+
+        ``mask`` bool, broadcastable to ``(B, H, Tq, Tk)``, True = may attend.
+        Returns ``(output (B, Tq, d_model), weights (B, H, Tq, Tk) or None when fused)``.
+        """
+        _check_float("query", query, 3)
+        if query.dim() != 3 or query.shape[-1] != self.d_model:
+            raise ValueError(f"query must be (batch, time, d_model={self.d_model}), got {tuple(query.shape)}")
+        d_head = self.d_model // self.num_heads
+        for name, x in (("k", k), ("v", v)):
+            if x.dim() != 4 or x.shape[1] != self.num_heads or x.shape[-1] != d_head:
+                raise ValueError(f"{name} must be (batch, heads={self.num_heads}, time, d_head={d_head}), "
+                                 f"got {tuple(x.shape)}")
+        q = split_heads(self.w_q(query), self.num_heads)
+        p = self.dropout if self.training else 0.0
+        if fused:
+            _check_mask(mask, torch.Size((q.shape[0], self.num_heads, q.shape[2], k.shape[2])))
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+            weights = None
+        else:
+            out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=p, training=self.training)
+        return self.w_o(merge_heads(out)), weights

@@ -48,6 +48,9 @@ class Recipe:
         object.__setattr__(self, "_values", MappingProxyType(dict(values)))
 
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name == "_values":
+            # dunder look-ups (copy, pickle) and a half-built object must not recurse
+            raise AttributeError(name)
         try:
             return self._values[name]
         except KeyError:
@@ -59,6 +62,10 @@ class Recipe:
 
     def __setattr__(self, name, value):
         raise AttributeError("a recipe is read-only: change it where it is defined")
+
+    def __reduce__(self):
+        # a MappingProxyType cannot be pickled or deep-copied: rebuild from a plain dict
+        return (Recipe, (self.mode, dict(self._values)))
 
     def asdict(self) -> dict[str, Any]:
         return dict(self._values)

@@ -96,7 +96,7 @@ def seed_everything(seed: int = 0, deterministic: bool = False) -> None:
     ``deterministic=True`` also asks PyTorch for deterministic kernels (slower on GPU;
     an op without a deterministic implementation then raises instead of silently varying).
     """
-    if not isinstance(seed, int) or seed < 0:
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f"seed must be a non-negative int, got {seed!r}")
     random.seed(seed)
     np.random.seed(seed % 2**32)
@@ -110,6 +110,7 @@ def seed_everything(seed: int = 0, deterministic: bool = False) -> None:
         torch.backends.cudnn.deterministic = True
     else:
         torch.use_deterministic_algorithms(False)
+        torch.backends.cudnn.deterministic = False
 
 
 _current: torch.device | None = None
@@ -123,12 +124,12 @@ def setup(seed: int = 0, deterministic: bool = False, prefer: str | None = None)
     return _current
 
 
-def summary(device: torch.device | None = None) -> str:
+def summary(device: torch.device | str | None = None) -> str:
     """One line saying where this notebook runs, e.g.
     ``device=cpu (x86_64, 2 threads) | precision=fp32 | recipe=ci | torch 2.13.0``."""
     from lib import config  # local import: config imports device
 
-    device = device or _current or pick_device()
+    device = torch.device(device) if device is not None else (_current or pick_device())
     if device.type == "cuda":
         where = torch.cuda.get_device_name(device)
     elif device.type == "mps":

@@ -1,0 +1,489 @@
+"""The Transformer of Vaswani et al. (2017), "Attention Is All You Need", top to bottom.
+
+Interface
+---------
+``TransformerConfig(src_vocab_size, tgt_vocab_size, d_model=512, num_heads=8,
+num_encoder_layers=6, num_decoder_layers=6, d_ff=2048, dropout=0.1, max_len=512,
+norm_first=False, pad_id=0, share_embeddings=False, tie_output=False, activation="relu",
+layer_norm_eps=1e-5)``
+    ``share_embeddings``: one matrix for source embedding, target embedding and output
+    projection (Press & Wolf, 2017; needs one shared vocabulary). ``tie_output``: tie only the
+    target embedding and the output projection (works with separate vocabularies).
+
+Masks follow ``lib.attention``: boolean, **True = may attend**; padding masks are ``(B, S)``.
+
+``EncoderLayer(d_model, num_heads, d_ff, dropout, norm_first, activation, eps)``
+    ``forward(x, key_padding_mask=None, mask=None) -> x``: self-attention, then FFN, each in a
+    ``lib.layers.ResidualBlock`` (post-LN or pre-LN).
+``DecoderLayer(...)``
+    ``forward(x, memory, self_mask=None, memory_mask=None, cache=None) -> x``: masked
+    self-attention, cross-attention over the encoder output ``memory``, FFN. ``cache`` is one
+    layer's dict of projected keys/values (see ``KVCache``); it is read and updated in place.
+``Encoder(...)``/``Decoder(...)``: a stack of layers **plus a final LayerNorm**, exactly the
+    structure of ``torch.nn.TransformerEncoder``/``TransformerDecoder`` inside
+    ``torch.nn.Transformer`` (which has that final norm for both post-LN and pre-LN).
+    ``Encoder.forward(x, key_padding_mask=None, mask=None)``;
+    ``Decoder.forward(x, memory, memory_key_padding_mask=None, tgt_key_padding_mask=None,
+    tgt_mask=None, cache=None)``: the look-ahead mask is built here (offset by the cache
+    length) unless ``tgt_mask`` is given.
+``TransformerCore(d_model, num_heads, num_encoder_layers, num_decoder_layers, d_ff, dropout,
+norm_first, activation, eps)``: the ``nn.Transformer``-shaped part (no embeddings, no output
+    projection). ``forward(src, tgt, src_key_padding_mask=None, tgt_key_padding_mask=None,
+    memory_key_padding_mask=None, tgt_mask=None) -> (B, T, d_model)`` on embedded inputs.
+    At the base configuration it has exactly as many parameters as ``torch.nn.Transformer()``.
+``copy_from_torch_mha(mha, torch_mha)`` / ``copy_from_torch_transformer(core, torch_transformer)``:
+    copy a ``torch.nn.MultiheadAttention`` / ``torch.nn.Transformer`` into ours (for the checks).
+``KVCache``: ``.layers`` (one dict per decoder layer: ``self_k``, ``self_v`` of shape
+    ``(B, H, T_so_far, d_head)``, ``cross_k``, ``cross_v`` of the memory, computed once),
+    ``.length`` (target positions cached), ``.reorder(index)`` (select/reorder batch rows,
+    for beam search).
+``Transformer(cfg)``:
+    ``encode(src, src_key_padding_mask=None) -> memory (B, S, d_model)`` (mask from ``pad_id``
+    when None);
+    ``decode(tgt, memory, memory_key_padding_mask=None, cache=None, tgt_key_padding_mask=None)
+    -> (logits (B, T, tgt_vocab), cache)``. Without a cache, ``tgt`` is the whole prefix and a
+    new cache holding it is returned. With a cache, pass only the NEW tokens: positions continue
+    from ``cache.length``. Decoding token by token with the cache gives the same logits as
+    decoding the full prefix (tested, atol 1e-5).
+    ``forward(src, tgt) -> logits`` (padding masks from ``pad_id``, look-ahead mask);
+    ``num_parameters(include_embeddings=True)`` (tied matrices counted once);
+    ``greedy_decode(src, bos_id, eos_id, max_new_tokens=50) -> LongTensor (B, <= max_new_tokens)``
+    (KV-cached; tokens after EOS are ``pad_id``);
+    ``attention_weights(src, tgt) -> dict`` of per-layer weights ``(B, H, Tq, Tk)`` under
+    ``encoder_self``, ``decoder_self``, ``cross`` (for heatmaps).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, asdict
+
+import torch
+import torch.nn as nn
+
+from lib.attention import MultiHeadAttention, combine_masks, look_ahead_mask
+from lib.layers import PositionalEncoding, PositionwiseFeedForward, ResidualBlock, layer_norm
+
+__all__ = ["TransformerConfig", "EncoderLayer", "DecoderLayer", "Encoder", "Decoder", "KVCache",
+           "TransformerCore", "Transformer", "copy_from_torch_mha", "copy_from_torch_transformer",
+           "causal_mask_with_offset"]
+
+
+@dataclass
+class TransformerConfig:
+    src_vocab_size: int
+    tgt_vocab_size: int
+    d_model: int = 512
+    num_heads: int = 8
+    num_encoder_layers: int = 6
+    num_decoder_layers: int = 6
+    d_ff: int = 2048
+    dropout: float = 0.1
+    max_len: int = 512
+    norm_first: bool = False
+    pad_id: int = 0
+    share_embeddings: bool = False
+    tie_output: bool = False
+    activation: str = "relu"
+    layer_norm_eps: float = 1e-5
+
+    def __post_init__(self):
+        for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "num_heads", "d_ff", "max_len"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be a positive int, got {v!r}")
+        for name in ("num_encoder_layers", "num_decoder_layers"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"{name} must be a non-negative int, got {v!r}")
+        if self.d_model % self.num_heads:
+            raise ValueError(f"d_model={self.d_model} must be divisible by num_heads={self.num_heads}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
+            raise ValueError("share_embeddings=True needs one shared vocabulary, got "
+                             f"src_vocab_size={self.src_vocab_size}, tgt_vocab_size={self.tgt_vocab_size}")
+        if not 0 <= self.pad_id < min(self.src_vocab_size, self.tgt_vocab_size):
+            raise ValueError(f"pad_id={self.pad_id} is not a valid token id of both vocabularies")
+
+    def asdict(self) -> dict:
+        return asdict(self)
+
+
+def causal_mask_with_offset(new: int, past: int, device=None) -> torch.Tensor:
+    """``(new, past + new)`` bool: new query i (absolute position past + i) sees keys 0..past+i."""
+    if past == 0:
+        return look_ahead_mask(new, device=device)
+    return torch.ones(new, past + new, dtype=torch.bool, device=device).tril(diagonal=past)
+
+
+def _padding_4d(key_padding_mask: torch.Tensor | None) -> torch.Tensor | None:
+    """``(B, S)`` -> ``(B, 1, 1, S)`` so that it broadcasts over heads and queries."""
+    if key_padding_mask is None:
+        return None
+    if key_padding_mask.dtype != torch.bool or key_padding_mask.dim() != 2:
+        raise ValueError(f"a key padding mask must be bool (batch, time), True at real tokens; got "
+                         f"dtype {key_padding_mask.dtype}, shape {tuple(key_padding_mask.shape)}")
+    return key_padding_mask[:, None, None, :]
+
+
+# ----------------------------------------------------------------------------- layers
+
+class EncoderLayer(nn.Module):
+    """Self-attention and a position-wise FFN, each wrapped in a residual block with LayerNorm."""
+
+    def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.1,
+                 norm_first: bool = False, activation: str = "relu", eps: float = 1e-5):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)
+        self.ffn = PositionwiseFeedForward(d_model, d_ff, dropout=dropout, activation=activation)
+        self.attn_block = ResidualBlock(d_model, dropout, norm_first, eps)
+        self.ffn_block = ResidualBlock(d_model, dropout, norm_first, eps)
+        self.keep_weights = False
+        self.attn_weights: torch.Tensor | None = None
+
+    def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None,
+                mask: torch.Tensor | None = None) -> torch.Tensor:
+        full_mask = combine_masks(mask, _padding_4d(key_padding_mask))
+
+        def attend(h):
+            out, w = self.self_attn(h, h, h, mask=full_mask)
+            if self.keep_weights:
+                self.attn_weights = w.detach()
+            return out
+
+        x = self.attn_block(x, attend)
+        return self.ffn_block(x, self.ffn)
+
+
+class DecoderLayer(nn.Module):
+    """Masked self-attention, cross-attention over the encoder output, FFN; three residual blocks."""
+
+    def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.1,
+                 norm_first: bool = False, activation: str = "relu", eps: float = 1e-5):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)
+        self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)
+        self.ffn = PositionwiseFeedForward(d_model, d_ff, dropout=dropout, activation=activation)
+        self.self_block = ResidualBlock(d_model, dropout, norm_first, eps)
+        self.cross_block = ResidualBlock(d_model, dropout, norm_first, eps)
+        self.ffn_block = ResidualBlock(d_model, dropout, norm_first, eps)
+        self.keep_weights = False
+        self.self_weights: torch.Tensor | None = None
+        self.cross_weights: torch.Tensor | None = None
+
+    def forward(self, x: torch.Tensor, memory: torch.Tensor, self_mask: torch.Tensor | None = None,
+                memory_mask: torch.Tensor | None = None, cache: dict | None = None) -> torch.Tensor:
+        """``self_mask`` broadcastable to ``(B, H, T_new, T_past + T_new)``; ``memory_mask`` to
+        ``(B, H, T_new, S)``. ``cache`` (a dict, may be empty) is extended in place."""
+
+        def self_attend(h):
+            k, v = self.self_attn.project_kv(h, h)
+            if cache is not None:
+                if "self_k" in cache:
+                    k = torch.cat([cache["self_k"], k], dim=2)
+                    v = torch.cat([cache["self_v"], v], dim=2)
+                cache["self_k"], cache["self_v"] = k, v
+            out, w = self.self_attn.attend_projected(h, k, v, mask=self_mask)
+            if self.keep_weights:
+                self.self_weights = w.detach()
+            return out
+
+        def cross_attend(h):
+            if cache is not None and "cross_k" in cache:
+                k, v = cache["cross_k"], cache["cross_v"]
+            else:
+                k, v = self.cross_attn.project_kv(memory, memory)
+                if cache is not None:
+                    cache["cross_k"], cache["cross_v"] = k, v
+            out, w = self.cross_attn.attend_projected(h, k, v, mask=memory_mask)
+            if self.keep_weights:
+                self.cross_weights = w.detach()
+            return out
+
+        x = self.self_block(x, self_attend)
+        x = self.cross_block(x, cross_attend)
+        return self.ffn_block(x, self.ffn)
+
+
+# ----------------------------------------------------------------------------- stacks
+
+class Encoder(nn.Module):
+    """N encoder layers and a final LayerNorm (as in ``torch.nn.Transformer``)."""
+
+    def __init__(self, num_layers: int, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.1,
+                 norm_first: bool = False, activation: str = "relu", eps: float = 1e-5):
+        super().__init__()
+        self.layers = nn.ModuleList(EncoderLayer(d_model, num_heads, d_ff, dropout, norm_first, activation, eps)
+                                    for _ in range(num_layers))
+        self.norm = layer_norm(d_model, eps)
+
+    def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None,
+                mask: torch.Tensor | None = None) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x, key_padding_mask=key_padding_mask, mask=mask)
+        return self.norm(x)
+
+
+class KVCache:
+    """What incremental decoding remembers: per decoder layer, the projected self-attention keys
+    and values of every target token so far, and the cross-attention keys/values of the memory."""
+
+    def __init__(self, num_layers: int):
+        self.layers: list[dict[str, torch.Tensor]] = [{} for _ in range(num_layers)]
+        self.tgt_padding: torch.Tensor | None = None   # (B, T_so_far) bool, only if one was given
+
+    @property
+    def length(self) -> int:
+        if not self.layers or "self_k" not in self.layers[0]:
+            return 0
+        return int(self.layers[0]["self_k"].shape[2])
+
+    def reorder(self, index: torch.Tensor) -> "KVCache":
+        """Keep/reorder batch rows (``index`` 1-D LongTensor), in place; returns self."""
+        for layer in self.layers:
+            for key in list(layer):
+                layer[key] = layer[key].index_select(0, index)
+        if self.tgt_padding is not None:
+            self.tgt_padding = self.tgt_padding.index_select(0, index)
+        return self
+
+    def __repr__(self) -> str:
+        return f"KVCache(layers={len(self.layers)}, length={self.length})"
+
+
+class Decoder(nn.Module):
+    """N decoder layers and a final LayerNorm (as in ``torch.nn.Transformer``)."""
+
+    def __init__(self, num_layers: int, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.1,
+                 norm_first: bool = False, activation: str = "relu", eps: float = 1e-5):
+        super().__init__()
+        self.layers = nn.ModuleList(DecoderLayer(d_model, num_heads, d_ff, dropout, norm_first, activation, eps)
+                                    for _ in range(num_layers))
+        self.norm = layer_norm(d_model, eps)
+
+    def forward(self, x: torch.Tensor, memory: torch.Tensor,
+                memory_key_padding_mask: torch.Tensor | None = None,
+                tgt_key_padding_mask: torch.Tensor | None = None,
+                tgt_mask: torch.Tensor | None = None, cache: KVCache | None = None) -> torch.Tensor:
+        """``x (B, T_new, d)``. Without ``tgt_mask`` the look-ahead mask is used, shifted by
+        ``cache.length``. ``tgt_key_padding_mask (B, T_new)`` covers the new tokens only."""
+        if cache is not None and len(cache.layers) != len(self.layers):
+            raise ValueError(f"cache has {len(cache.layers)} layers, the decoder {len(self.layers)}")
+        past = cache.length if cache is not None else 0
+        T = x.shape[1]
+        if tgt_mask is None:
+            tgt_mask = causal_mask_with_offset(T, past, device=x.device)
+        if cache is not None and (tgt_key_padding_mask is not None or cache.tgt_padding is not None):
+            B = x.shape[0]
+            new = tgt_key_padding_mask if tgt_key_padding_mask is not None else \
+                torch.ones(B, T, dtype=torch.bool, device=x.device)
+            old = cache.tgt_padding if cache.tgt_padding is not None else \
+                torch.ones(B, past, dtype=torch.bool, device=x.device)
+            tgt_key_padding_mask = cache.tgt_padding = torch.cat([old, new], dim=1)
+        self_mask = combine_masks(tgt_mask, _padding_4d(tgt_key_padding_mask))
+        memory_mask = _padding_4d(memory_key_padding_mask)
+        for i, layer in enumerate(self.layers):
+            x = layer(x, memory, self_mask=self_mask, memory_mask=memory_mask,
+                      cache=cache.layers[i] if cache is not None else None)
+        return self.norm(x)
+
+
+class TransformerCore(nn.Module):
+    """The encoder–decoder without embeddings or output projection: ``torch.nn.Transformer``'s shape."""
+
+    def __init__(self, d_model: int = 512, num_heads: int = 8, num_encoder_layers: int = 6,
+                 num_decoder_layers: int = 6, d_ff: int = 2048, dropout: float = 0.1,
+                 norm_first: bool = False, activation: str = "relu", eps: float = 1e-5):
+        super().__init__()
+        self.d_model = d_model
+        self.encoder = Encoder(num_encoder_layers, d_model, num_heads, d_ff, dropout, norm_first, activation, eps)
+        self.decoder = Decoder(num_decoder_layers, d_model, num_heads, d_ff, dropout, norm_first, activation, eps)
+        for p in self.parameters():          # Xavier/Glorot for every matrix, as torch.nn.Transformer
+            if p.dim() > 1:
+                nn.init.xavier_uniform_(p)
+
+    def forward(self, src: torch.Tensor, tgt: torch.Tensor, src_key_padding_mask: torch.Tensor | None = None,
+                tgt_key_padding_mask: torch.Tensor | None = None,
+                memory_key_padding_mask: torch.Tensor | None = None,
+                tgt_mask: torch.Tensor | None = None) -> torch.Tensor:
+        memory = self.encoder(src, key_padding_mask=src_key_padding_mask)
+        return self.decoder(tgt, memory, memory_key_padding_mask=memory_key_padding_mask,
+                            tgt_key_padding_mask=tgt_key_padding_mask, tgt_mask=tgt_mask)
+
+
+# ----------------------------------------------------------------------------- the model
+
+class Transformer(nn.Module):
+    """Embeddings (scaled by sqrt(d_model)) + sinusoidal positions, the core, a linear generator."""
+
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        if not isinstance(cfg, TransformerConfig):
+            raise TypeError(f"cfg must be a TransformerConfig, got {type(cfg).__name__}")
+        self.cfg = cfg
+        d = cfg.d_model
+        self.src_embed = nn.Embedding(cfg.src_vocab_size, d, padding_idx=cfg.pad_id)
+        self.tgt_embed = self.src_embed if cfg.share_embeddings else \
+            nn.Embedding(cfg.tgt_vocab_size, d, padding_idx=cfg.pad_id)
+        self.src_pos = PositionalEncoding(d, cfg.max_len, cfg.dropout)
+        self.tgt_pos = PositionalEncoding(d, cfg.max_len, cfg.dropout)
+        self.core = TransformerCore(d, cfg.num_heads, cfg.num_encoder_layers, cfg.num_decoder_layers,
+                                    cfg.d_ff, cfg.dropout, cfg.norm_first, cfg.activation, cfg.layer_norm_eps)
+        self.generator = nn.Linear(d, cfg.tgt_vocab_size)
+        # embeddings ~ N(0, 1/d) so that after the sqrt(d) scaling they have unit variance
+        for emb in {id(self.src_embed): self.src_embed, id(self.tgt_embed): self.tgt_embed}.values():
+            nn.init.normal_(emb.weight, std=d ** -0.5)
+            with torch.no_grad():
+                emb.weight[cfg.pad_id].zero_()
+        if cfg.share_embeddings or cfg.tie_output:
+            self.generator.weight = self.tgt_embed.weight
+        else:
+            nn.init.xavier_uniform_(self.generator.weight)
+        nn.init.zeros_(self.generator.bias)
+
+    @property
+    def encoder(self) -> Encoder:
+        return self.core.encoder
+
+    @property
+    def decoder(self) -> Decoder:
+        return self.core.decoder
+
+    def _check_tokens(self, name: str, x: torch.Tensor) -> None:
+        if not isinstance(x, torch.Tensor) or x.dtype not in (torch.long, torch.int32, torch.int64):
+            raise TypeError(f"{name} must be an integer (long) tensor of token ids, got "
+                            f"{x.dtype if isinstance(x, torch.Tensor) else type(x).__name__}")
+        if x.dim() != 2:
+            raise ValueError(f"{name} must be (batch, time), got shape {tuple(x.shape)}")
+
+    def encode(self, src: torch.Tensor, src_key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+        self._check_tokens("src", src)
+        if src_key_padding_mask is None:
+            src_key_padding_mask = src != self.cfg.pad_id
+        x = self.src_pos(self.src_embed(src) * math.sqrt(self.cfg.d_model))
+        return self.encoder(x, key_padding_mask=src_key_padding_mask)
+
+    def decode(self, tgt: torch.Tensor, memory: torch.Tensor,
+               memory_key_padding_mask: torch.Tensor | None = None, cache: KVCache | None = None,
+               tgt_key_padding_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, KVCache]:
+        self._check_tokens("tgt", tgt)
+        if memory.dim() != 3 or memory.shape[0] != tgt.shape[0] or memory.shape[-1] != self.cfg.d_model:
+            raise ValueError(f"memory must be (batch={tgt.shape[0]}, S, d_model={self.cfg.d_model}), "
+                             f"got {tuple(memory.shape)}")
+        if cache is None:
+            cache = KVCache(len(self.decoder.layers))
+        offset = cache.length
+        y = self.tgt_pos(self.tgt_embed(tgt) * math.sqrt(self.cfg.d_model), offset=offset)
+        h = self.decoder(y, memory, memory_key_padding_mask=memory_key_padding_mask,
+                         tgt_key_padding_mask=tgt_key_padding_mask, cache=cache)
+        return self.generator(h), cache
+
+    def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+        """Teacher forcing: ``src (B, S)``, ``tgt (B, T)`` ids -> logits ``(B, T, tgt_vocab)``."""
+        src_pad = src != self.cfg.pad_id
+        memory = self.encode(src, src_pad)
+        logits, _ = self.decode(tgt, memory, src_pad, tgt_key_padding_mask=tgt != self.cfg.pad_id)
+        return logits
+
+    def num_parameters(self, include_embeddings: bool = True) -> int:
+        """Trainable parameters, each tied matrix counted once."""
+        params = {id(p): p for p in self.parameters()}
+        if not include_embeddings:
+            for m in (self.src_embed, self.tgt_embed, self.generator):
+                for p in m.parameters():
+                    params.pop(id(p), None)
+        return sum(p.numel() for p in params.values())
+
+    @torch.no_grad()
+    def greedy_decode(self, src: torch.Tensor, bos_id: int, eos_id: int, max_new_tokens: int = 50) -> torch.Tensor:
+        """Greedy translation with the KV cache; returns the generated ids (no BOS), pad after EOS."""
+        was_training = self.training
+        self.eval()
+        src_pad = src != self.cfg.pad_id
+        memory = self.encode(src, src_pad)
+        B = src.shape[0]
+        token = torch.full((B, 1), bos_id, dtype=torch.long, device=src.device)
+        done = torch.zeros(B, dtype=torch.bool, device=src.device)
+        cache, out = None, []
+        for _ in range(min(max_new_tokens, self.cfg.max_len - 1)):
+            logits, cache = self.decode(token, memory, src_pad, cache=cache)
+            nxt = logits[:, -1].argmax(-1)
+            nxt = torch.where(done, torch.full_like(nxt, self.cfg.pad_id), nxt)
+            out.append(nxt)
+            done |= nxt == eos_id
+            if bool(done.all()):
+                break
+            token = nxt[:, None]
+        self.train(was_training)
+        return torch.stack(out, dim=1) if out else torch.empty(B, 0, dtype=torch.long, device=src.device)
+
+    @torch.no_grad()
+    def attention_weights(self, src: torch.Tensor, tgt: torch.Tensor) -> dict[str, list[torch.Tensor]]:
+        """Run ``forward`` in eval mode and return every layer's attention weights (B, H, Tq, Tk)."""
+        was_training = self.training
+        self.eval()
+        layers = list(self.encoder.layers) + list(self.decoder.layers)
+        for layer in layers:
+            layer.keep_weights = True
+        try:
+            self.forward(src, tgt)
+            return {"encoder_self": [l.attn_weights for l in self.encoder.layers],
+                    "decoder_self": [l.self_weights for l in self.decoder.layers],
+                    "cross": [l.cross_weights for l in self.decoder.layers]}
+        finally:
+            for layer in layers:
+                layer.keep_weights = False
+            self.train(was_training)
+
+
+# ----------------------------------------------------------------------------- checks against torch
+
+def copy_from_torch_mha(mha: MultiHeadAttention, torch_mha: nn.MultiheadAttention) -> MultiHeadAttention:
+    """Copy a ``torch.nn.MultiheadAttention`` (same d_model, heads, with biases) into ``mha``."""
+    if torch_mha.embed_dim != mha.d_model or torch_mha.num_heads != mha.num_heads:
+        raise ValueError(f"shape mismatch: torch ({torch_mha.embed_dim}, {torch_mha.num_heads} heads), "
+                         f"ours ({mha.d_model}, {mha.num_heads} heads)")
+    if torch_mha.in_proj_weight is None:
+        raise ValueError("torch_mha must use a packed in_proj_weight (kdim == vdim == embed_dim)")
+    with torch.no_grad():
+        wq, wk, wv = torch_mha.in_proj_weight.chunk(3, dim=0)
+        for lin, w in ((mha.w_q, wq), (mha.w_k, wk), (mha.w_v, wv)):
+            lin.weight.copy_(w)
+        mha.w_o.weight.copy_(torch_mha.out_proj.weight)
+        if torch_mha.in_proj_bias is not None:
+            bq, bk, bv = torch_mha.in_proj_bias.chunk(3)
+            for lin, b in ((mha.w_q, bq), (mha.w_k, bk), (mha.w_v, bv)):
+                lin.bias.copy_(b)
+            mha.w_o.bias.copy_(torch_mha.out_proj.bias)
+    return mha
+
+
+def _copy_linear(ours: nn.Module, theirs: nn.Module) -> None:
+    ours.weight.copy_(theirs.weight)
+    if ours.bias is not None:
+        ours.bias.copy_(theirs.bias)
+
+
+def copy_from_torch_transformer(core: TransformerCore, torch_transformer: nn.Transformer) -> TransformerCore:
+    """Copy every weight of a ``torch.nn.Transformer`` into ``core`` (same sizes)."""
+    enc, dec = torch_transformer.encoder, torch_transformer.decoder
+    if len(enc.layers) != len(core.encoder.layers) or len(dec.layers) != len(core.decoder.layers):
+        raise ValueError("layer counts differ between torch_transformer and core")
+    with torch.no_grad():
+        for ours, theirs in zip(core.encoder.layers, enc.layers):
+            copy_from_torch_mha(ours.self_attn, theirs.self_attn)
+            _copy_linear(ours.ffn.linear1, theirs.linear1)
+            _copy_linear(ours.ffn.linear2, theirs.linear2)
+            _copy_linear(ours.attn_block.norm, theirs.norm1)
+            _copy_linear(ours.ffn_block.norm, theirs.norm2)
+        for ours, theirs in zip(core.decoder.layers, dec.layers):
+            copy_from_torch_mha(ours.self_attn, theirs.self_attn)
+            copy_from_torch_mha(ours.cross_attn, theirs.multihead_attn)
+            _copy_linear(ours.ffn.linear1, theirs.linear1)
+            _copy_linear(ours.ffn.linear2, theirs.linear2)
+            _copy_linear(ours.self_block.norm, theirs.norm1)
+            _copy_linear(ours.cross_block.norm, theirs.norm2)
+            _copy_linear(ours.ffn_block.norm, theirs.norm3)
+        _copy_linear(core.encoder.norm, enc.norm)
+        _copy_linear(core.decoder.norm, dec.norm)
+    return core

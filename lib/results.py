@@ -1,0 +1,308 @@
+"""Measured numbers, recorded by the code that measured them (never typed by hand).
+
+A chapter ends with::
+
+    metrics = {"val_loss": val_loss, "bleu": bleu, "accuracy": {"pos": 0.91, "neg": 0.88}}
+    results.record("07_transformer", metrics, hp)     # hp = config.recipe(ci=..., full=...)
+    results.show("07_transformer", live=metrics)      # full-recipe numbers beside this run's
+
+``record`` writes ``<results dir>/<chapter>.json``, one entry per recipe::
+
+    {"ci":   {"metrics": {...}, "hparams": {...}, "device": "...", "date": "...",
+              "commit": "abc1234", "dirty": false, "notes": ""},
+     "full": {...}}
+
+and replaces only the entry of the active recipe, so a CI run never erases the numbers of a
+full (GPU) run. The results dir is ``$COURSE_RESULTS_DIR`` if set, else ``<repo>/results``
+(committed). CI points ``COURSE_RESULTS_DIR`` at a scratch folder so that executing the
+chapters does not modify the committed files; ``load`` therefore reads the committed file and
+lays the scratch file's entries over it.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import subprocess
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Mapping
+
+from lib.io import atomic_write
+
+__all__ = ["ENV_VAR", "REPO", "COMMITTED_DIR", "results_dir", "path", "record", "load", "full",
+           "table", "show", "flatten"]
+
+ENV_VAR = "COURSE_RESULTS_DIR"
+REPO = Path(__file__).resolve().parent.parent
+COMMITTED_DIR = REPO / "results"
+MISSING = "—"
+_MODES = ("ci", "full")
+_CHAPTER_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+def results_dir() -> Path:
+    """Where ``record`` writes: ``$COURSE_RESULTS_DIR`` if set, else ``<repo>/results``."""
+    env = os.environ.get(ENV_VAR, "").strip()
+    return Path(env).expanduser() if env else COMMITTED_DIR
+
+
+def _check_chapter(chapter: Any) -> str:
+    if not isinstance(chapter, str) or not _CHAPTER_RE.match(chapter) or ".." in chapter:
+        raise ValueError(f"chapter must be a name like '07_transformer' (letters, digits, _ . -), got {chapter!r}")
+    return chapter
+
+
+def path(chapter: str, directory: str | os.PathLike | None = None) -> Path:
+    """The results file of ``chapter`` in ``directory`` (default: ``results_dir()``)."""
+    _check_chapter(chapter)
+    return Path(directory if directory is not None else results_dir()) / f"{chapter}.json"
+
+
+# --------------------------------------------------------------------------------------------
+# Validation: only finite numbers, strings and nested dicts/lists of them
+# --------------------------------------------------------------------------------------------
+
+def _clean(value: Any, where: str, allow_none: bool = False) -> Any:
+    """A JSON-safe copy of ``value``; raises naming ``where`` for NaN/inf or unsupported types."""
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool):
+        return value
+    if hasattr(value, "item") and callable(value.item) and getattr(value, "ndim", None) == 0:
+        value = value.item()  # numpy scalar or 0-d tensor
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"{where} is {value}: results must be finite numbers "
+                             "(a NaN or inf usually means the run diverged; record something else or fix it)")
+        return float(value)
+    if isinstance(value, str):
+        return value
+    if isinstance(value, Mapping):
+        out = {}
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise TypeError(f"{where} has a key {k!r} of type {type(k).__name__}: keys must be str")
+            out[k] = _clean(v, f"{where}[{k!r}]", allow_none)
+        return out
+    if isinstance(value, (list, tuple)):
+        return [_clean(v, f"{where}[{i}]", allow_none) for i, v in enumerate(value)]
+    raise TypeError(f"{where} is a {type(value).__name__}, which cannot be recorded: use numbers, strings "
+                    "and dicts/lists of them (convert tensors with .item() or .tolist())")
+
+
+# --------------------------------------------------------------------------------------------
+# Provenance
+# --------------------------------------------------------------------------------------------
+
+def _git(*args: str) -> str | None:
+    try:
+        out = subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def _provenance() -> tuple[str, bool | None]:
+    """(short commit or "unknown", whether tracked code outside results/ has uncommitted changes;
+    None when git cannot tell)."""
+    commit = _git("rev-parse", "--short", "HEAD")
+    if not commit:
+        return "unknown", None
+    status = _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results")
+    return commit, (None if status is None else bool(status))
+
+
+# --------------------------------------------------------------------------------------------
+# Reading and writing
+# --------------------------------------------------------------------------------------------
+
+def _read(file: Path) -> dict[str, Any]:
+    if not file.is_file():
+        return {}
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{file} is not valid JSON ({e}); fix or delete it") from e
+    if not isinstance(data, dict) or set(data) - set(_MODES):
+        raise ValueError(f"{file} is not a results file: expected an object with keys among {_MODES}, "
+                         f"got {sorted(data) if isinstance(data, dict) else type(data).__name__}")
+    for mode, entry in data.items():
+        if not isinstance(entry, dict) or not isinstance(entry.get("metrics"), dict):
+            raise ValueError(f"{file}: the {mode!r} entry has no 'metrics' object")
+    return data
+
+
+def record(chapter: str, metrics: Mapping[str, Any], recipe, notes: str = "") -> Path:
+    """Write ``metrics`` (measured with ``recipe``) as the ``recipe.mode`` entry of the chapter's
+    results file, keeping the other recipe's entry. Returns the file's path.
+
+    ``metrics``: numbers (finite), strings, and nested dicts/lists of them.
+    """
+    _check_chapter(chapter)
+    mode = getattr(recipe, "mode", None)
+    if mode not in _MODES or not callable(getattr(recipe, "asdict", None)):
+        raise TypeError(f"recipe must be a lib.config.Recipe (from config.recipe(ci=..., full=...)), got {recipe!r}")
+    if not isinstance(metrics, Mapping) or not metrics:
+        raise ValueError(f"metrics must be a non-empty dict, got {metrics!r}")
+    if not isinstance(notes, str):
+        raise TypeError(f"notes must be a str, got {type(notes).__name__}")
+    from lib import device
+
+    clean_metrics = _clean(metrics, "metrics")
+    hparams = _clean(recipe.asdict(), "recipe hyper-parameter", allow_none=True)
+    commit, dirty = _provenance()
+    entry = {
+        "metrics": clean_metrics,
+        "hparams": hparams,
+        "device": device.summary(),
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "commit": commit,
+        "dirty": dirty,
+        "notes": notes,
+    }
+    file = path(chapter)
+    data = _read(file)
+    data[mode] = entry
+    text = json.dumps({m: data[m] for m in _MODES if m in data}, indent=2, ensure_ascii=False, allow_nan=False)
+    with atomic_write(file, "w", encoding="utf-8") as f:
+        f.write(text + "\n")
+    return file
+
+
+def load(chapter: str) -> dict[str, Any]:
+    """The chapter's recorded entries, ``{"ci": {...}, "full": {...}}`` (either may be absent):
+    the committed ``<repo>/results/<chapter>.json``, with the entries of
+    ``$COURSE_RESULTS_DIR/<chapter>.json`` laid over it when that variable names another folder."""
+    committed = path(chapter, COMMITTED_DIR)
+    data = _read(committed)
+    for entry in data.values():
+        entry.setdefault("source", _display_path(committed))
+    scratch = path(chapter)
+    if scratch.resolve() != committed.resolve():
+        for mode, entry in _read(scratch).items():
+            entry.setdefault("source", _display_path(scratch))
+            data[mode] = entry
+    return data
+
+
+def full(chapter: str) -> dict[str, Any] | None:
+    """The full-recipe metrics of ``chapter``, or None when no full run was recorded."""
+    entry = load(chapter).get("full")
+    return entry["metrics"] if entry else None
+
+
+def _display_path(p: Path) -> str:
+    try:
+        return str(p.resolve().relative_to(REPO))
+    except ValueError:
+        return str(p)
+
+
+# --------------------------------------------------------------------------------------------
+# Tables
+# --------------------------------------------------------------------------------------------
+
+def flatten(metrics: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}, "c": 2}`` -> ``{"a.b": 1, "c": 2}`` (lists are kept as values)."""
+    out: dict[str, Any] = {}
+    for k, v in metrics.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping):
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def _format(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_format(v) for v in value) + "]"
+    return str(value)
+
+
+def _where(entry: Mapping[str, Any]) -> str:
+    """'cuda (NVIDIA H100 80GB HBM3), 2026-11-22' from an entry's device summary and date."""
+    dev = str(entry.get("device", "?"))
+    m = re.match(r"device=([^|]+?)\s*(\||$)", dev)
+    dev = m.group(1) if m else dev
+    return f"{dev}, {str(entry.get('date', '?'))[:10]}"
+
+
+def table(chapter: str, live: Mapping[str, Any] | None = None):
+    """A DataFrame, one row per metric (nested dicts flattened to dotted names), one column per
+    source: ``full recipe (device, date)`` from the results file, and ``this run (<mode>)`` for
+    ``live`` (the metrics measured just now) or, without ``live``, the recorded CI entry.
+    Values are formatted as text; a metric a column lacks shows "—". ``df.attrs["caption"]``
+    says where the numbers come from."""
+    import pandas as pd
+
+    from lib import config
+
+    data = load(chapter)
+    columns: dict[str, dict[str, Any]] = {}
+    notes = []
+    if "full" in data:
+        columns[f"full recipe ({_where(data['full'])})"] = flatten(data["full"]["metrics"])
+        e = data["full"]
+        notes.append(f"full recipe: {e.get('source')} (commit {e.get('commit')}"
+                     f"{', uncommitted changes' if e.get('dirty') else ''}; {e.get('device')})")
+    if live is not None:
+        if not isinstance(live, Mapping):
+            raise TypeError(f"live must be a dict of metrics or None, got {type(live).__name__}")
+        columns[f"this run ({config.mode()})"] = flatten(_clean(live, "live"))
+        notes.append("this run: measured by the cells above")
+    elif "ci" in data:
+        columns[f"recorded ci ({_where(data['ci'])})"] = flatten(data["ci"]["metrics"])
+        e = data["ci"]
+        notes.append(f"ci recipe: {e.get('source')} (commit {e.get('commit')}; {e.get('device')})")
+    rows: list[str] = []
+    for col in columns.values():
+        rows.extend(k for k in col if k not in rows)
+    df = pd.DataFrame({name: [_format(col[r]) if r in col else MISSING for r in rows]
+                       for name, col in columns.items()}, index=pd.Index(rows, name="metric"))
+    if not columns:
+        notes.append(f"no results recorded yet for {chapter!r} (expected {_display_path(path(chapter, COMMITTED_DIR))})")
+    df.attrs["caption"] = f"Results of {chapter}. " + "; ".join(notes)
+    return df
+
+
+class _Shown:
+    """What ``show`` displays: the caption above the table, as HTML and as plain text."""
+
+    def __init__(self, df, caption: str):
+        self.df, self.caption = df, caption
+
+    def _repr_html_(self) -> str:
+        import html
+
+        return (f"<div><p style='font-size:smaller'>{html.escape(self.caption)}</p>"
+                f"{self.df.to_html()}</div>")
+
+    def __repr__(self) -> str:
+        return f"{self.caption}\n{self.df.to_string()}"
+
+
+def show(chapter: str, live: Mapping[str, Any] | None = None) -> None:
+    """Display ``table(chapter, live)`` with a caption naming the file, commit and device."""
+    df = table(chapter, live)
+    shown = _Shown(df, df.attrs["caption"])
+    try:
+        from IPython import get_ipython
+        from IPython.display import display
+    except ImportError:  # pragma: no cover
+        print(repr(shown))
+        return
+    if get_ipython() is None:
+        print(repr(shown))
+    else:
+        display(shown)

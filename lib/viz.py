@@ -1,0 +1,285 @@
+"""Plots for the course: training curves, attention heatmaps, positional encodings,
+and token highlighting in HTML.
+
+Importing this module registers the NanumGothic font that the ``koreanize-matplotlib``
+wheel ships (without importing that package, which would restyle matplotlib) and sets
+``font.family`` to ``["DejaVu Sans", "NanumGothic"]``: matplotlib then draws every glyph
+with the first font of the list that has it (Latin, digits and the minus sign from
+DejaVu Sans, Hangul from NanumGothic), so Korean and English labels mix freely.
+
+Every function returns the matplotlib ``Axes`` (or a string for HTML) and never calls
+``plt.show()``; a notebook shows the figure of the last cell by itself.
+"""
+from __future__ import annotations
+
+import html
+import importlib.util
+import math
+import warnings
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import matplotlib
+import numpy as np
+from matplotlib import font_manager
+
+__all__ = ["korean_font", "korean_font_path", "setup_fonts", "plot_history", "attention_heatmap",
+           "plot_positional_encoding", "color_text_html", "show_html"]
+
+KOREAN_FONT_NAME = "NanumGothic"
+LATIN_FONT_NAME = "DejaVu Sans"  # ships with matplotlib, so it is always there
+_FONT_PACKAGE = "koreanize_matplotlib"
+
+
+# ----------------------------------------------------------------------------- fonts
+
+def korean_font_path() -> Path:
+    """Path of ``NanumGothic.ttf`` inside the installed ``koreanize-matplotlib`` package.
+
+    The package is located without being imported (its import restyles matplotlib).
+    """
+    spec = importlib.util.find_spec(_FONT_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError(f"the Korean font comes with the package 'koreanize-matplotlib', which is not "
+                           f"installed: pip install -c constraints.txt koreanize-matplotlib")
+    for loc in spec.submodule_search_locations:
+        path = Path(loc) / "fonts" / f"{KOREAN_FONT_NAME}.ttf"
+        if path.is_file():
+            return path
+    raise RuntimeError(f"koreanize-matplotlib is installed at {list(spec.submodule_search_locations)} "
+                       f"but has no fonts/{KOREAN_FONT_NAME}.ttf; reinstall it")
+
+
+_registered = False
+
+
+def korean_font() -> font_manager.FontProperties:
+    """Register NanumGothic with matplotlib (once) and return its ``FontProperties``.
+
+    Pass it as ``fontproperties=`` to force the Korean font on one text; normally
+    :func:`setup_fonts` (run on import) makes every text fall back to it by itself.
+    """
+    global _registered
+    path = korean_font_path()
+    if not _registered:
+        # all weights the wheel ships (Regular, Bold, ...), so bold Korean titles work too
+        for ttf in sorted(path.parent.glob("*.ttf")):
+            font_manager.fontManager.addfont(str(ttf))
+        _registered = True
+    return font_manager.FontProperties(family=KOREAN_FONT_NAME, fname=str(path))
+
+
+def setup_fonts() -> list[str]:
+    """Register the Korean font and put it after DejaVu Sans in ``font.family``.
+
+    Returns the new ``font.family`` list. Called when ``lib.viz`` is imported; call it
+    again after ``matplotlib.rcdefaults()`` or a style change.
+    """
+    korean_font()
+    families = [LATIN_FONT_NAME, KOREAN_FONT_NAME]
+    matplotlib.rcParams["font.family"] = families
+    return families
+
+
+try:
+    setup_fonts()
+except RuntimeError as _e:  # never make `import lib.viz` fail over a font
+    warnings.warn(f"Korean labels will not render: {_e}", RuntimeWarning, stacklevel=2)
+
+
+# ----------------------------------------------------------------------------- helpers
+
+def _to_numpy(name: str, x) -> np.ndarray:
+    try:
+        import torch
+        if isinstance(x, torch.Tensor):
+            x = x.detach().float().cpu().numpy()
+    except ImportError:  # pragma: no cover - torch is always installed in the course
+        pass
+    if isinstance(x, (str, bytes)):
+        raise TypeError(f"{name} must be an array or tensor of numbers, got {type(x).__name__}")
+    try:
+        arr = np.asarray(x, dtype=float)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be an array or tensor of numbers, got {type(x).__name__}") from None
+    return arr
+
+
+def _new_ax(ax, figsize):
+    if ax is not None:
+        return ax
+    import matplotlib.pyplot as plt
+
+    _, ax = plt.subplots(figsize=figsize)
+    return ax
+
+
+def _records(history) -> list[dict]:
+    """History-like -> list of dicts."""
+    if hasattr(history, "records"):
+        history = history.records
+    if hasattr(history, "to_dict") and hasattr(history, "columns"):  # pandas DataFrame
+        return history.to_dict("records")
+    if isinstance(history, Mapping) or isinstance(history, (str, bytes)) or not isinstance(history, Sequence):
+        raise TypeError("history must be a lib.train.History, a list of dicts or a pandas DataFrame, "
+                        f"got {type(history).__name__}")
+    for i, r in enumerate(history):
+        if not isinstance(r, Mapping):
+            raise TypeError(f"history[{i}] must be a dict, got {type(r).__name__}")
+    return list(history)
+
+
+def _is_number(v) -> bool:
+    if v is None or isinstance(v, bool):
+        return False
+    try:
+        return not math.isnan(float(v))
+    except (TypeError, ValueError):
+        return False
+
+
+# ----------------------------------------------------------------------------- plots
+
+def plot_history(history, keys: str | Sequence[str] = ("train_loss",), ax=None, x: str = "step",
+                 title: str | None = None, logy: bool = False):
+    """Plot the metrics ``keys`` of a training history against ``x`` (default ``"step"``).
+
+    ``history``: a ``lib.train.History`` (anything with ``.records``), a list of dicts or
+    a DataFrame. Each record that has a key contributes a point, so ``eval_*`` metrics
+    logged once an epoch show as their own, sparser, line. Records without ``x`` use
+    their position in the list.
+    """
+    recs = _records(history)
+    if not recs:
+        raise ValueError("history is empty: nothing to plot")
+    if isinstance(keys, str):
+        keys = [keys]
+    keys = list(keys)
+    if not keys:
+        raise ValueError("keys is empty: name at least one metric, e.g. keys=['train_loss']")
+    available = sorted({k for r in recs for k in r})
+    missing = [k for k in keys if not any(_is_number(r.get(k)) for r in recs)]
+    if missing:
+        raise KeyError(f"history has no values for {missing}; it has {available}")
+    ax = _new_ax(ax, (6, 3.5))
+    for key in keys:
+        xs, ys = [], []
+        for i, r in enumerate(recs):
+            if _is_number(r.get(key)):
+                xs.append(float(r[x]) if _is_number(r.get(x)) else i)
+                ys.append(float(r[key]))
+        style = "o-" if len(xs) < 30 else "-"
+        ax.plot(xs, ys, style, label=key, markersize=3)
+    ax.set_xlabel(x)
+    ax.set_ylabel(keys[0] if len(keys) == 1 else "value")
+    if logy:
+        ax.set_yscale("log")
+    if title:
+        ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    return ax
+
+
+def attention_heatmap(weights, x_labels: Sequence[str] | None = None, y_labels: Sequence[str] | None = None,
+                      ax=None, title: str | None = None, cmap: str = "viridis", colorbar: bool = True,
+                      vmin: float | None = 0.0, vmax: float | None = None):
+    """Show a ``(T_query, T_key)`` attention matrix: rows = queries (``y_labels``),
+    columns = keys (``x_labels``, written at 90°). A leading batch/head axis of size 1
+    is dropped; larger ones must be indexed first (e.g. ``weights[0, head]``).
+    """
+    w = _to_numpy("weights", weights)
+    while w.ndim > 2 and w.shape[0] == 1:
+        w = w[0]
+    if w.ndim != 2:
+        raise ValueError(f"weights must be a 2-D (queries, keys) matrix, got shape {tuple(w.shape)}; "
+                         "select one example and head first, e.g. weights[0, 0]")
+    n_rows, n_cols = w.shape
+    for name, labels, n, what in (("x_labels", x_labels, n_cols, "columns (keys)"),
+                                  ("y_labels", y_labels, n_rows, "rows (queries)")):
+        if labels is not None:
+            if isinstance(labels, str):
+                raise TypeError(f"{name} must be a list of strings, got a single str")
+            if len(labels) != n:
+                raise ValueError(f"{name} has {len(labels)} labels but weights has {n} {what} "
+                                 f"(shape {tuple(w.shape)})")
+    ax = _new_ax(ax, (max(3.0, 0.45 * n_cols + 1.5), max(2.5, 0.4 * n_rows + 1.0)))
+    im = ax.imshow(w, cmap=cmap, aspect="auto", vmin=vmin, vmax=vmax, interpolation="nearest")
+    if x_labels is not None:
+        ax.set_xticks(range(n_cols), [str(t) for t in x_labels], rotation=90)
+    if y_labels is not None:
+        ax.set_yticks(range(n_rows), [str(t) for t in y_labels])
+    ax.set_xlabel("key")
+    ax.set_ylabel("query")
+    if title:
+        ax.set_title(title)
+    if colorbar:
+        ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
+    return ax
+
+
+def plot_positional_encoding(pe, ax=None, title: str | None = "positional encoding", cmap: str = "RdBu"):
+    """Show a ``(positions, d_model)`` positional-encoding matrix (a leading axis of size 1
+    is dropped): position down, dimension across, values in a diverging colour map."""
+    p = _to_numpy("pe", pe)
+    while p.ndim > 2 and p.shape[0] == 1:
+        p = p[0]
+    if p.ndim != 2:
+        raise ValueError(f"pe must be a 2-D (positions, d_model) matrix, got shape {tuple(p.shape)}")
+    ax = _new_ax(ax, (7, 3.5))
+    lim = float(np.nanmax(np.abs(p))) if p.size else 1.0
+    im = ax.imshow(p, cmap=cmap, aspect="auto", vmin=-lim, vmax=lim, interpolation="nearest")
+    ax.set_xlabel("dimension")
+    ax.set_ylabel("position")
+    if title:
+        ax.set_title(title)
+    ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
+    return ax
+
+
+# ----------------------------------------------------------------------------- HTML
+
+def color_text_html(tokens: Sequence[str], weights, color: tuple[int, int, int] = (255, 80, 0),
+                    normalize: bool = True) -> str:
+    """Tokens as HTML ``<span>``s whose background opacity is proportional to their weight.
+
+    With ``normalize=True`` the largest weight gets opacity 1 (weights must be >= 0);
+    otherwise weights are used as opacities and must lie in [0, 1]. Tokens are
+    HTML-escaped. Show the result with :func:`show_html`.
+    """
+    if isinstance(tokens, str):
+        raise TypeError("tokens must be a list of strings, got a single str")
+    tokens = list(tokens)
+    w = _to_numpy("weights", weights)
+    if w.ndim != 1:
+        raise ValueError(f"weights must be 1-D (one per token), got shape {tuple(w.shape)}")
+    if len(w) != len(tokens):
+        raise ValueError(f"got {len(tokens)} tokens but {len(w)} weights")
+    if not np.all(np.isfinite(w)):
+        raise ValueError("weights must be finite (no NaN or inf)")
+    if (w < 0).any():
+        raise ValueError(f"weights must be non-negative, got min {w.min():.4g}")
+    if normalize:
+        top = w.max() if w.size else 0.0
+        alpha = w / top if top > 0 else np.zeros_like(w)
+    else:
+        if (w > 1).any():
+            raise ValueError(f"with normalize=False weights are opacities in [0, 1], got max {w.max():.4g}")
+        alpha = w
+    r, g, b = color
+    spans = []
+    for tok, a, raw in zip(tokens, alpha, w):
+        spans.append(f'<span style="background-color: rgba({r}, {g}, {b}, {a:.3f}); padding: 1px 2px; '
+                     f'border-radius: 3px" title="{raw:.4f}">{html.escape(str(tok))}</span>')
+    return '<div style="line-height: 1.9">' + " ".join(spans) + "</div>"
+
+
+def show_html(html_text: str):
+    """Display an HTML string in a notebook (returns the ``IPython.display.HTML`` object)."""
+    if not isinstance(html_text, str):
+        raise TypeError(f"html_text must be a str, got {type(html_text).__name__}")
+    from IPython.display import HTML, display
+
+    obj = HTML(html_text)
+    display(obj)
+    return obj

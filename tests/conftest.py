@@ -1,0 +1,29 @@
+"""Shared pytest setup.
+
+The real datasets: when ``COURSE_DATA_MIRROR`` is unset and the course's shared data folder
+exists beside the repository (``<repo>/../shared/data``), point the variable at it, so that
+tests read the checked-in copies instead of downloading. Tests that need the real data ask
+for the ``data_mirror`` fixture, which skips them (saying why) when there is no mirror.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED_DATA = REPO.parent / "shared" / "data"
+
+if not os.environ.get("COURSE_DATA_MIRROR") and SHARED_DATA.is_dir():
+    os.environ["COURSE_DATA_MIRROR"] = str(SHARED_DATA)
+
+
+@pytest.fixture(scope="session")
+def data_mirror() -> Path:
+    """The folder with the real datasets; skips the test when there is none."""
+    value = os.environ.get("COURSE_DATA_MIRROR", "")
+    if not value or not Path(value).is_dir():
+        pytest.skip(f"needs the real datasets: set COURSE_DATA_MIRROR to the shared data folder "
+                    f"(none found at {SHARED_DATA})")
+    return Path(value)

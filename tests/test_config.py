@@ -1,0 +1,93 @@
+"""lib.config: the ci / full recipes."""
+import copy
+import pickle
+
+import pytest
+import torch
+
+from lib import config
+
+CI = dict(epochs=1, max_len=200, lr=1e-3)
+FULL = dict(epochs=3, max_len=500, lr=3e-4)
+
+
+@pytest.fixture
+def no_env(monkeypatch):
+    monkeypatch.delenv("COURSE_MODE", raising=False)
+    return monkeypatch
+
+
+@pytest.mark.parametrize("gpu, expected", [(False, "ci"), (True, "full")])
+def test_default_mode_follows_the_gpu(no_env, gpu, expected):
+    no_env.setattr(torch.cuda, "is_available", lambda: gpu)
+    assert config.mode() == expected
+    assert config.is_full() is (expected == "full")
+
+
+@pytest.mark.parametrize("value, expected", [("ci", "ci"), ("full", "full"), (" FULL ", "full"), ("Ci", "ci")])
+def test_course_mode_overrides(no_env, value, expected):
+    no_env.setattr(torch.cuda, "is_available", lambda: expected == "ci")  # the opposite default
+    no_env.setenv("COURSE_MODE", value)
+    assert config.mode() == expected
+
+
+def test_invalid_course_mode_is_an_error(no_env):
+    no_env.setenv("COURSE_MODE", "fast")
+    with pytest.raises(ValueError, match="COURSE_MODE='fast' is not a recipe: use one of ci, full"):
+        config.mode()
+
+
+@pytest.mark.parametrize("mode, values", [("ci", CI), ("full", FULL)])
+def test_recipe_picks_the_active_dict(no_env, mode, values):
+    no_env.setenv("COURSE_MODE", mode)
+    r = config.recipe(ci=CI, full=FULL)
+    assert r.mode == mode
+    assert r.asdict() == values
+    for k, v in values.items():
+        assert getattr(r, k) == v and r[k] == v
+    assert repr(r).startswith(f"Recipe[{mode}](")
+
+
+def test_explicit_mode_argument(no_env):
+    no_env.setenv("COURSE_MODE", "ci")
+    assert config.recipe(CI, FULL, mode_="full").epochs == FULL["epochs"]
+    with pytest.raises(ValueError, match="unknown recipe 'big'"):
+        config.recipe(CI, FULL, mode_="big")
+
+
+def test_mismatched_keys_are_an_error():
+    with pytest.raises(ValueError, match=r"only in ci \['lr'\], only in full \['lrate'\]"):
+        config.recipe(ci=dict(epochs=1, lr=1e-3), full=dict(epochs=2, lrate=1e-3), mode_="ci")
+
+
+def test_recipe_is_read_only(no_env):
+    no_env.setenv("COURSE_MODE", "ci")
+    source = dict(CI)
+    r = config.recipe(ci=source, full=FULL)
+    with pytest.raises(AttributeError, match="read-only"):
+        r.epochs = 5
+    with pytest.raises(AttributeError, match="read-only"):
+        r.new_name = 1
+    with pytest.raises(TypeError):
+        r._values["epochs"] = 5
+    # neither the dict it came from nor the one asdict() hands out can change it
+    source["epochs"] = 99
+    r.asdict()["epochs"] = 98
+    assert r.epochs == CI["epochs"]
+
+
+def test_unknown_hyper_parameter_names_the_known_ones():
+    r = config.recipe(CI, FULL, mode_="ci")
+    with pytest.raises(AttributeError, match=r"has no hyper-parameter 'epoch'.*\['epochs', 'lr', 'max_len'\]"):
+        r.epoch
+    with pytest.raises(AttributeError, match="has no hyper-parameter"):
+        r["batch"]
+
+
+def test_recipe_survives_copy_and_pickle():
+    # results files, DataLoader workers and notebooks copy recipes around
+    r = config.recipe(CI, FULL, mode_="full")
+    for clone in (copy.copy(r), copy.deepcopy(r), pickle.loads(pickle.dumps(r))):
+        assert clone.mode == "full" and clone.asdict() == FULL
+        with pytest.raises(AttributeError, match="read-only"):
+            clone.epochs = 0

@@ -1,0 +1,168 @@
+"""lib.device: device choice, precision, seeding, determinism and the summary line.
+
+GPUs are simulated by monkeypatching ``torch.cuda`` / ``torch.backends.mps``; nothing here
+needs one.
+"""
+import os
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from lib import device as D
+
+
+@pytest.fixture
+def machine(monkeypatch):
+    """Simulate a machine: machine(cuda=..., mps=..., bf16=...)."""
+    monkeypatch.delenv("COURSE_DEVICE", raising=False)
+    monkeypatch.delenv("COURSE_MODE", raising=False)
+
+    def make(cuda=False, mps=False, bf16=True, name="Fake GPU"):
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+        monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: bf16)
+        monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a, **k: name)
+        monkeypatch.setattr(torch.backends.mps, "is_available", lambda: mps)
+
+    return make
+
+
+@pytest.fixture
+def restore_determinism():
+    """Leave torch's global determinism settings (and the cuBLAS variable) as they were."""
+    before = (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.deterministic,
+              torch.backends.cudnn.benchmark, os.environ.get("CUBLAS_WORKSPACE_CONFIG"))
+    yield
+    torch.use_deterministic_algorithms(before[0])
+    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = before[1], before[2]
+    if before[3] is None:
+        os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
+    else:
+        os.environ["CUBLAS_WORKSPACE_CONFIG"] = before[3]
+
+
+# ----------------------------------------------------------------------------- pick_device
+
+@pytest.mark.parametrize("cuda, mps, expected", [
+    (True, True, "cuda"), (True, False, "cuda"), (False, True, "mps"), (False, False, "cpu"),
+])
+def test_pick_device_order_cuda_mps_cpu(machine, cuda, mps, expected):
+    machine(cuda=cuda, mps=mps)
+    assert D.pick_device() == torch.device(expected)
+
+
+def test_course_device_overrides_the_choice(machine, monkeypatch):
+    machine(cuda=True, mps=True)
+    monkeypatch.setenv("COURSE_DEVICE", "cpu")
+    assert D.pick_device() == torch.device("cpu")
+    monkeypatch.setenv("COURSE_DEVICE", "mps")
+    assert D.pick_device() == torch.device("mps")
+    # an explicit argument wins over the environment
+    assert D.pick_device("cuda") == torch.device("cuda")
+    assert D.pick_device("cuda:1") == torch.device("cuda", 1)
+
+
+def test_unavailable_or_unknown_device_is_an_error(machine, monkeypatch):
+    machine(cuda=False, mps=False)
+    monkeypatch.setenv("COURSE_DEVICE", "cuda")
+    with pytest.raises(RuntimeError, match="'cuda' was requested but is not available"):
+        D.pick_device()
+    with pytest.raises(RuntimeError, match="'mps' was requested but is not available"):
+        D.pick_device("mps")
+    with pytest.raises(ValueError, match="unknown device 'tpu'.*cpu, cuda, mps"):
+        D.pick_device("tpu")
+
+
+# ----------------------------------------------------------------------------- precision
+
+def test_precision_bf16_where_supported(machine):
+    machine(cuda=True, bf16=True)
+    p = D.precision("cuda")
+    assert (p.device_type, p.dtype, p.grad_scaler, p.name) == ("cuda", torch.bfloat16, False, "bfloat16")
+    assert D.autocast_dtype(torch.device("cuda")) == torch.bfloat16
+    assert not D.needs_grad_scaler("cuda")
+
+
+def test_precision_fp16_with_scaler_on_older_gpus(machine):
+    machine(cuda=True, bf16=False)
+    p = D.precision(torch.device("cuda", 0))
+    assert (p.dtype, p.grad_scaler, p.name) == (torch.float16, True, "float16")
+    assert D.needs_grad_scaler("cuda")
+
+
+def test_precision_none_on_cpu(machine):
+    machine(cuda=True, bf16=True)  # a GPU elsewhere does not change what the cpu does
+    p = D.precision("cpu")
+    assert (p.dtype, p.grad_scaler, p.name) == (None, False, "fp32")
+    a = torch.randn(4, 4)
+    with D.autocast("cpu"):
+        assert (a @ a).dtype == torch.float32  # no autocast on cpu
+
+
+def test_precision_mps_fp16():
+    p = D.precision("mps")
+    assert (p.dtype, p.grad_scaler) == (torch.float16, True)
+
+
+# ----------------------------------------------------------------------------- seeding
+
+def _draws():
+    return (random.random(), float(np.random.rand()), torch.rand(3).tolist(), torch.randint(0, 1000, (2,)).tolist())
+
+
+def test_seed_everything_repeats_python_numpy_and_torch(restore_determinism):
+    D.seed_everything(123)
+    first = _draws()
+    D.seed_everything(123)
+    assert _draws() == first
+    D.seed_everything(124)
+    other = _draws()
+    for a, b in zip(first, other):  # each generator is reseeded, not just one of them
+        assert a != b
+
+
+def test_seed_everything_rejects_bad_seeds():
+    for bad in (-1, 1.5, "0", True):
+        with pytest.raises(ValueError, match="seed must be a non-negative int"):
+            D.seed_everything(bad)
+
+
+def test_deterministic_switch_toggles_torch(restore_determinism):
+    D.seed_everything(0, deterministic=True)
+    assert torch.are_deterministic_algorithms_enabled()
+    assert torch.backends.cudnn.deterministic and not torch.backends.cudnn.benchmark
+    assert os.environ.get("CUBLAS_WORKSPACE_CONFIG")
+    D.seed_everything(0, deterministic=False)
+    assert not torch.are_deterministic_algorithms_enabled()
+    assert not torch.backends.cudnn.deterministic
+
+
+def test_setup_seeds_and_returns_the_device(machine, restore_determinism):
+    machine(cuda=False, mps=False)
+    dev = D.setup(seed=7)
+    first = _draws()
+    assert dev == torch.device("cpu")
+    assert D.setup(seed=7) == dev and _draws() == first
+
+
+# ----------------------------------------------------------------------------- summary
+
+def test_summary_is_one_line_naming_device_precision_recipe(machine, restore_determinism):
+    machine(cuda=False, mps=False)
+    D.setup(seed=0)
+    line = D.summary()
+    assert "\n" not in line
+    assert "device=cpu" in line and "precision=fp32" in line and "recipe=ci" in line
+    assert f"torch {torch.__version__.split('+')[0]}" in line
+    assert f"{torch.get_num_threads()} threads" in line
+
+
+def test_summary_follows_course_mode_and_given_device(machine, monkeypatch):
+    machine(cuda=True, bf16=False, name="Tesla T4")
+    monkeypatch.setenv("COURSE_MODE", "ci")
+    line = D.summary(torch.device("cuda"))
+    assert line.startswith("device=cuda (Tesla T4)")
+    assert "precision=float16" in line and "recipe=ci" in line
+    monkeypatch.setenv("COURSE_MODE", "full")
+    assert "recipe=full" in D.summary("cpu")

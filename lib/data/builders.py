@@ -83,6 +83,8 @@ class _CourseBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
     ``_splits()`` (split name -> list of rows, each a dict matching the features).
     """
 
+    # A prepared dataset is reused as long as its version folder exists: bump VERSION
+    # whenever a builder, or a checksum in the registry, changes.
     VERSION = tfds.core.Version("1.0.0")
     RELEASE_NOTES = {"1.0.0": "First release, built from the course's checksummed files."}
     DATASET: str
@@ -243,6 +245,10 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _plain_row(row: dict) -> dict:
+    return {key: _plain(value) for key, value in row.items()}
+
+
 class DecodedSource:
     """A tfds data source whose rows are plain Python dicts (``str`` text, ``int`` labels).
 
@@ -257,15 +263,18 @@ class DecodedSource:
     def __len__(self) -> int:
         return len(self.source)
 
-    def __getitem__(self, index: int) -> dict:
+    def _index(self, index: int) -> int:
         if not -len(self) <= index < len(self):
             raise IndexError(f"index {index} out of range for a source of {len(self)} rows")
-        row = self.source[index % len(self)]
-        return {key: _plain(value) for key, value in row.items()}
+        return index % len(self)
+
+    def __getitem__(self, index: int) -> dict:
+        return _plain_row(self.source[self._index(index)])
 
     def __getitems__(self, indices: list[int]) -> list[dict]:
-        """Several rows at once (what a DataLoader asks for, one batch per call)."""
-        return [self[i] for i in indices]
+        """Several rows in one read (a DataLoader asks for a whole batch this way)."""
+        rows = self.source.__getitems__([self._index(i) for i in indices])
+        return [_plain_row(row) for row in rows]
 
     def __iter__(self) -> Iterator[dict]:
         return (self[i] for i in range(len(self)))

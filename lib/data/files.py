@@ -129,7 +129,7 @@ def path(name: str, filename: str | None = None) -> Path:
 
     mirror = mirror_dir()
     candidates = ([mirror / name / filename] if mirror else []) + [cache_dir() / name / filename]
-    for candidate in reversed(candidates):
+    for candidate in candidates:
         if candidate.is_file():
             return verify(candidate, file.sha256, how)
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import concurrent.futures as cf
 import contextlib
-import copy
 import csv
 import dataclasses
 import io
@@ -90,12 +89,17 @@ def discover(root: Path = EXERCISES, only: list[str] | None = None) -> list[Mast
 # ============================================================================ build
 
 
-def build(dist: Path = DIST, only: list[str] | None = None, quiet: bool = True) -> list[Master]:
+def build(dist: Path = DIST, only: list[str] | None = None, quiet: bool = True,
+          root: Path = EXERCISES) -> list[Master]:
     """otter assign every master into dist/<chapter>/<name>/{student,autograder}; prune stale sets."""
     from otter.assign import main as assign_main
 
-    masters = discover(only=only)
+    masters = discover(root, only=only)
+    marker = dist / ".exercises-dist"
+    if dist.exists() and any(dist.iterdir()) and not marker.exists():
+        raise SystemExit(f"{dist} is not empty and was not made by this tool; refusing to write or prune it")
     dist.mkdir(parents=True, exist_ok=True)
+    marker.write_text("made by tools/exercises.py build; stale sets here are deleted\n")
     (dist / ".gitignore").write_text("*\n")
     for m in masters:
         final = m.out_dir(dist)
@@ -330,16 +334,21 @@ class ExecResult:
 class Kernel:
     """A Python kernel (the interpreter running this script) driven one execution at a time."""
 
+    MAX_STDOUT = 2_000_000   # characters of stdout kept per execution (a printing loop cannot eat memory)
+
     def __init__(self, cwd: Path, startup_timeout: float = 120):
         from jupyter_client.manager import KernelManager
 
         env = os.environ.copy()
         env.update(OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "1"), MPLBACKEND="Agg",
                    PYDEVD_DISABLE_FILE_VALIDATION="1", PYTHONDONTWRITEBYTECODE="1")
+        self._tmp = Path(tempfile.mkdtemp(prefix="kernel-"))
         self.km = KernelManager(kernel_name="python3", transport="ipc",
-                                connection_file=str(Path(tempfile.mkdtemp(prefix="kernel-")) / "kernel.json"))
-        self.km.kernel_spec.argv[0] = sys.executable if self.km.kernel_spec.argv[0].startswith("python") \
-            else self.km.kernel_spec.argv[0]
+                                connection_file=str(self._tmp / "kernel.json"))
+        self.km.ip = str(self._tmp / "ipc")
+        argv = self.km.kernel_spec.argv
+        if "ipykernel_launcher" in " ".join(argv):  # run the kernel with this interpreter (the venv)
+            argv[0] = sys.executable
         self.km.start_kernel(cwd=str(cwd), env=env, extra_arguments=["--HistoryManager.enabled=False"])
         self.kc = self.km.client()
         self.kc.start_channels()
@@ -355,6 +364,7 @@ class Kernel:
         interrupted = False
         res = ExecResult("ok")
         out: list[str] = []
+        size = 0
         last_alive_check = 0.0
         while True:
             now = time.monotonic()
@@ -378,7 +388,10 @@ class Kernel:
                 continue
             t, c = msg["msg_type"], msg["content"]
             if t == "stream" and c.get("name") == "stdout":
-                out.append(c.get("text", ""))
+                out.append(c.get("text", "")[-self.MAX_STDOUT:])
+                size += len(out[-1])
+                while size > self.MAX_STDOUT and len(out) > 1:   # keep the tail only
+                    size -= len(out.pop(0))
             elif t == "error":
                 res.status, res.ename, res.evalue = "error", c.get("ename", ""), c.get("evalue", "")
             elif t == "status" and c.get("execution_state") == "idle":
@@ -393,6 +406,7 @@ class Kernel:
             self.kc.stop_channels()
         with contextlib.suppress(Exception):
             self.km.shutdown_kernel(now=True)
+        shutil.rmtree(self._tmp, ignore_errors=True)
 
 
 # Runs in the kernel before any submission code (so it is trusted): registers a test runner under a
@@ -400,9 +414,16 @@ class Kernel:
 # (grader, test_case, json, dict, ...) cannot reach it; it snapshots builtins, torch, numpy and
 # otter's test classes to detect monkeypatching.
 _SETUP = r'''
-def _setup(runner_name):
-    import builtins, importlib, json, sys
-    ns = get_ipython().user_ns
+def _setup(runner_name, ns, workdir):
+    import builtins, importlib, importlib.util, json, os, sys, types
+    os.chdir(workdir)
+    if "otter" not in sys.modules:
+        # import otter.test_files without otter/__init__ (which pulls in pandas, nbconvert, ...: 3 s);
+        # the test-file code itself is otter's, unchanged
+        spec = importlib.util.find_spec("otter")
+        pkg = types.ModuleType("otter")
+        pkg.__path__, pkg.__file__ = list(spec.submodule_search_locations), spec.origin
+        sys.modules["otter"] = pkg
     write = sys.stdout.write
     flush = sys.stdout.flush
     names = ["math", "torch", "torch.nn", "torch.nn.functional", "torch.testing", "numpy",
@@ -449,8 +470,16 @@ def _setup(runner_name):
 
     ns[runner_name] = run
 
-_setup(RUNNER_NAME)
+_setup(RUNNER_NAME, NS, WORKDIR)
 '''
+
+
+def _setup_cell(runner: str, workdir: Path) -> str:
+    """The kernel code that installs the runner; executed in a private namespace."""
+    src = _SETUP.replace("RUNNER_NAME", repr(runner)).replace("WORKDIR", repr(str(workdir)))
+    return (f"exec(compile({src!r}, '<grader>', 'exec'), "
+            "{'__builtins__': __import__('builtins'), 'NS': globals()})")
+
 
 _OTTER_LINES = [
     re.compile(r"^(\s*)import\s+otter\s*$"),
@@ -500,8 +529,12 @@ def _short(s: str, n: int = 160) -> str:
 
 
 def grade_notebook(nb_path: Path, tests: dict[str, str], timeout: float = 60.0,
-                   label: str | None = None) -> Grade:
-    """Grade one notebook; every question's score is isolated from the others' failures."""
+                   label: str | None = None, pool: dict | None = None) -> Grade:
+    """Grade one notebook; every question's score is isolated from the others' failures.
+
+    ``pool``: a dict holding a kernel to reuse (``pool["kernel"]``) and to hand back afterwards.
+    Only for trusted notebooks (``prove``): a reused kernel keeps imported modules.
+    """
     from otter.test_files.abstract_test import TestCaseResult
 
     trusted = {q: test_file(q, src) for q, src in tests.items()}
@@ -529,8 +562,15 @@ def grade_notebook(nb_path: Path, tests: dict[str, str], timeout: float = 60.0,
 
         def boot() -> Kernel:
             for _ in range(len(cells) + 2):
-                k = Kernel(workdir)
-                r = k.execute(_SETUP.replace("RUNNER_NAME", repr(runner)), setup_timeout)
+                k = None
+                if pool is not None and pool.get("kernel") is not None:
+                    k = pool.pop("kernel")
+                    if k.execute("get_ipython().reset(new_session=False)", 60).status != "ok":
+                        k.kill()
+                        k = None
+                if k is None:
+                    k = Kernel(workdir)
+                r = k.execute(_setup_cell(runner, workdir), setup_timeout)
                 if r.status != "ok":
                     k.kill()
                     raise RuntimeError(f"grader setup failed in the kernel: {r.status} {r.ename}: {r.evalue}")
@@ -596,7 +636,10 @@ def grade_notebook(nb_path: Path, tests: dict[str, str], timeout: float = 60.0,
             note(f"grader error: {type(e).__name__}: {_short(e)}")
         finally:
             if kernel is not None:
-                kernel.kill()
+                if pool is not None and kernel.km.is_alive():
+                    pool["kernel"] = kernel
+                else:
+                    kernel.kill()
     return grade
 
 
@@ -651,9 +694,9 @@ def make_variant(solution_nb: Path, info: MasterInfo, replace: dict[str, str], o
 
 
 def prove(dist: Path = DIST, only: list[str] | None = None, timeout: float = 60.0, jobs: int = 2,
-          do_build: bool = True) -> int:
+          do_build: bool = True, root: Path = EXERCISES) -> int:
     t0 = time.time()
-    masters = build(dist, only) if do_build else discover(only=only)
+    masters = build(dist, only, root=root) if do_build else discover(root, only=only)
     if not masters:
         print("no exercise masters found")
         return 0
@@ -691,6 +734,9 @@ def prove(dist: Path = DIST, only: list[str] | None = None, timeout: float = 60.
             fail(str(e))
             continue
         tests_by[m.key] = tests
+        for q, src in tests.items():
+            if not any(tc.hidden for tc in test_file(q, src).test_cases):
+                fail(f"question {q} has no hidden test in the autograder zip")
         missing = set(info.questions) - set(tests)
         if missing:
             fail(f"questions without tests in the autograder zip: {sorted(missing)}")
@@ -720,13 +766,25 @@ def prove(dist: Path = DIST, only: list[str] | None = None, timeout: float = 60.
                 continue
             jobs_list.append((m, f"wrong:{wid}", out, "between"))
 
-    def run(job):
-        m, label, path, expect = job
-        return job, grade_notebook(path, tests_by[m.key], timeout, label=label)
+    def run_chunk(chunk):
+        # our own notebooks are trusted: one kernel per worker, reset between notebooks
+        pool: dict = {}
+        try:
+            return [(job, grade_notebook(job[2], tests_by[job[0].key], timeout, label=job[1], pool=pool))
+                    for job in chunk]
+        finally:
+            if pool.get("kernel") is not None:
+                pool["kernel"].kill()
 
+    n = max(1, min(jobs, len(jobs_list)))
+    chunks = [jobs_list[i::n] for i in range(n)]
     results: dict[str, list] = {m.key: [] for m in masters}
-    with cf.ThreadPoolExecutor(max(1, jobs)) as ex:
-        for (m, label, path, expect), g in ex.map(run, jobs_list):
+    with cf.ThreadPoolExecutor(n) as ex:
+        done = [r for chunk in ex.map(run_chunk, chunks) for r in chunk]
+    order = {id(job): i for i, job in enumerate(jobs_list)}
+    done.sort(key=lambda r: order[id(r[0])])
+    for (m, label, path, expect), g in done:
+        if True:
             results[m.key].append((label, g))
             pct = g.percent
             ok = {"full": abs(pct - 100.0) < 1e-9, "zero": g.total == 0,

@@ -1,0 +1,272 @@
+"""The exercises' CI proof (build + prove) and tests of the grader itself (tools/exercises.py).
+
+Kernel start-ups dominate the runtime; per-cell time limits are short (10 s) on purpose.
+"""
+from __future__ import annotations
+
+import csv
+import importlib.util
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("course_exercises_tool", ROOT / "tools" / "exercises.py")
+E = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = E
+_spec.loader.exec_module(E)
+
+SET = "03_transformer/sdpa_padding"
+TIMEOUT = 10
+
+
+@pytest.fixture(scope="module")
+def dist(tmp_path_factory):
+    d = tmp_path_factory.mktemp("dist")
+    # a stale set from a master that no longer exists must be pruned by build
+    (d / ".exercises-dist").write_text("")
+    (d / "99_gone" / "old" / "student").mkdir(parents=True)
+    (d / "03_transformer" / "removed_set").mkdir(parents=True)
+    E.build(d)
+    return d
+
+
+def test_build_outputs_and_prunes_stale(dist):
+    masters = E.discover()
+    assert SET in {m.key for m in masters}
+    for m in masters:
+        assert m.student_nb(dist).is_file(), m.student_nb(dist)
+        assert m.zip_path(dist).is_file(), m.zip_path(dist)
+        assert m.solution_nb(dist).is_file()
+    assert not (dist / "99_gone").exists() and not (dist / "03_transformer" / "removed_set").exists()
+    assert not list(dist.rglob("*.pdf")), "no PDFs are generated"
+    before = {p.relative_to(dist) for p in dist.rglob("*")}
+    E.build(dist)  # idempotent: same files, stable names
+    assert {p.relative_to(dist) for p in dist.rglob("*")} == before
+
+
+def test_build_refuses_foreign_folder(tmp_path):
+    (tmp_path / "precious.txt").write_text("x")
+    with pytest.raises(SystemExit):
+        E.build(tmp_path)
+    assert (tmp_path / "precious.txt").exists()
+
+
+def test_prove_all_exercise_sets(dist, capsys):
+    """THE CI proof: every set's solution 100 %, blank 0, wrong answers in between, no leaks."""
+    rc = E.prove(dist, timeout=60, jobs=2, do_build=False)
+    out = capsys.readouterr().out
+    print(out)
+    assert rc == 0, out
+    assert f"{SET}" in out and "FAIL" not in out
+
+
+def _edit_master(src: Path, dst: Path, fn) -> None:
+    nb = nbformat.read(str(src), as_version=4)
+    fn(nb)
+    nbformat.write(nb, str(dst))
+
+
+def test_prove_detects_broken_sets(tmp_path, capsys):
+    """A leaked solution, a question without hidden test and a 'wrong' answer that is right all fail."""
+    root = tmp_path / "exercises"
+    (root / "03_transformer").mkdir(parents=True)
+    master = ROOT / "exercises" / "03_transformer" / "sdpa_padding.ipynb"
+    dst = root / "03_transformer" / "sdpa_padding.ipynb"
+
+    def break_it(nb):
+        # q2: drop the raw SOLUTION delimiters (otter then copies the solution to students) and
+        # make its hidden tests public
+        keep = []
+        q = None
+        for c in nb.cells:
+            kind = E._raw_kind(c)
+            if kind == "begin question":
+                q = "q2" if "name: q2" in c.source else None
+            if q == "q2" and kind in ("begin solution", "end solution"):
+                continue
+            if q == "q2" and c.cell_type == "code" and "BEGIN TEST CONFIG" in c.source:
+                c.source = c.source.replace("hidden: true", "hidden: false")
+            keep.append(c)
+        nb.cells = keep
+
+    _edit_master(master, dst, break_it)
+    (root / "03_transformer" / "sdpa_padding.wrong.yaml").write_text(
+        "actually_right:\n  replace:\n    q3: |\n      q3_answer = 'b'\n")
+    rc = E.prove(tmp_path / "dist", timeout=30, jobs=2, root=root)
+    out = capsys.readouterr().out
+    print(out)
+    assert rc == 1
+    assert "solution line leaked" in out and "positions[None, :] < lengths[:, None]" in out
+    assert "question q2 has no hidden test" in out
+    assert "wrong:actually_right scored 7/7" in out
+
+
+def test_leak_detector_reads_outputs_and_metadata(dist, tmp_path):
+    m = next(m for m in E.discover() if m.key == SET)
+    info = E.parse_master(m.path)
+    assert any(k == "hidden test" for k, _ in info.secrets) and any(k == "solution" for k, _ in info.secrets)
+    assert E.find_leaks(m.student_nb(dist), info) == []
+    secret = next(s for k, s in info.secrets if k == "hidden test")
+    for where in ("output", "metadata"):
+        nb = nbformat.read(str(m.student_nb(dist)), as_version=4)
+        if where == "output":
+            nb.cells[1].outputs = [nbformat.v4.new_output("stream", text=secret)]
+        else:
+            nb.metadata["extra"] = {"note": secret}
+        p = tmp_path / f"{where}.ipynb"
+        nbformat.write(nb, str(p))
+        assert E.find_leaks(p, info), where
+
+
+# ----------------------------------------------------------------------------- the grader
+
+def _cell_index(nb, needle: str) -> int:
+    return next(i for i, c in enumerate(nb.cells) if c.cell_type == "code" and needle in c.source)
+
+
+def _variant(base: Path, out: Path, fn) -> Path:
+    nb = nbformat.read(str(base), as_version=4)
+    fn(nb)
+    nbformat.write(nb, str(out))
+    return out
+
+
+@pytest.fixture(scope="module")
+def graded(dist, tmp_path_factory):
+    m = next(m for m in E.discover() if m.key == SET)
+    sub = tmp_path_factory.mktemp("submissions")
+    sol, blank = m.solution_nb(dist), m.student_nb(dist)
+    shutil.copy(sol, sub / "solution.ipynb")
+    shutil.copy(blank, sub / "blank.ipynb")
+
+    def loop_in_q2_cell(nb):      # the q2 cell never finishes: interrupted, q2 scores 0
+        i = _cell_index(nb, "def padding_mask")
+        nb.cells[i].source = "while True:\n    pass\n" + nb.cells[i].source
+    _variant(sol, sub / "loop_cell.ipynb", loop_in_q2_cell)
+
+    def loop_when_called(nb):     # q1's function loops when the tests call it
+        i = _cell_index(nb, "def attention")
+        nb.cells[i].source = nb.cells[i].source.replace('"""Scaled', 'while True:\n        pass\n    """Scaled', 1)
+    _variant(sol, sub / "loop_in_tests.ipynb", loop_when_called)
+
+    def ignores_interrupt(nb):    # SIGINT ignored: the kernel is killed and the notebook replayed
+        i = _cell_index(nb, "q3_answer")
+        nb.cells[i].source = ("import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+                              "while True:\n    time.sleep(0.1)\n" + nb.cells[i].source)
+    _variant(sol, sub / "ignores_interrupt.ipynb", ignores_interrupt)
+
+    def raises(nb):
+        i = _cell_index(nb, "def attention")
+        nb.cells[i].source = "raise RuntimeError('boom')\n" + nb.cells[i].source
+    _variant(sol, sub / "raises.ipynb", raises)
+
+    def exits(nb):                # os._exit kills the kernel in the q3 cell
+        i = _cell_index(nb, "q3_answer")
+        nb.cells[i].source = "import os\nos._exit(1)\n" + nb.cells[i].source
+    _variant(sol, sub / "os_exit.ipynb", exits)
+
+    def cheats(nb):               # blank answers + every obvious way to fake a score
+        nb.cells.append(nbformat.v4.new_code_cell(
+            "import torch, builtins\n"
+            "def attention(q, k, v, mask=None):\n"
+            "    w = torch.zeros(*q.shape[:-1], k.shape[-2], dtype=q.dtype)\n"
+            "    return torch.zeros(*q.shape[:-1], v.shape[-1], dtype=q.dtype), w\n"
+            "def padding_mask(lengths, max_len=None):\n"
+            "    return torch.zeros(len(lengths), max_len or int(lengths.max()), dtype=torch.bool)\n"
+            "class grader:\n"
+            "    @staticmethod\n"
+            "    def check(*a, **k): return True\n"
+            "def test_case(*a, **k): return lambda f: None\n"
+            "AssertionError = Exception\n"
+            "torch.allclose = lambda *a, **k: True\n"
+            "torch.equal = lambda *a, **k: True\n"
+            "torch.all = lambda *a, **k: True\n"
+            "import otter.test_files.abstract_test as _a\n"
+            "_a.TestFile.score = property(lambda self: 100)\n"
+            "print('@@GRADE-0@@{\"results\": [], \"tampered\": []}')\n"
+            "class _Yes(str):\n"
+            "    def __eq__(self, other): return True\n"
+            "    def strip(self): return self\n"
+            "    def lower(self): return self\n"
+            "    __hash__ = str.__hash__\n"
+            "q3_answer = _Yes('z')\n"))
+    _variant(blank, sub / "cheater.ipynb", cheats)
+    (sub / "not_a_notebook.ipynb").write_text("{ this is not json")
+
+    csv_path = sub / "grades.csv"
+    t0 = time.monotonic()
+    rc = E.main(["grade", str(sub), "--autograder", str(m.zip_path(dist)), "--timeout", str(TIMEOUT),
+                 "--out", str(csv_path), "--jobs", "2"])
+    elapsed = time.monotonic() - t0
+    assert rc == 0
+    with open(csv_path, newline="") as f:
+        rows = {r["file"]: r for r in csv.DictReader(f)}
+    return rows, elapsed
+
+
+def _scores(row):
+    return {q: float(row[q]) for q in ("q1", "q2", "q3")}
+
+
+FULL = {"q1": 4.0, "q2": 2.0, "q3": 1.0}
+
+
+def test_grader_csv_has_one_row_per_submission(graded):
+    rows, elapsed = graded
+    for r in rows.values():
+        print(r)
+    assert set(rows) == {"solution.ipynb", "blank.ipynb", "loop_cell.ipynb", "loop_in_tests.ipynb",
+                         "ignores_interrupt.ipynb", "raises.ipynb", "os_exit.ipynb", "cheater.ipynb",
+                         "not_a_notebook.ipynb"}
+    assert list(next(iter(rows.values())).keys()) == ["file", "q1", "q2", "q3", "total", "possible",
+                                                      "percent", "notes"]
+    # 9 submissions on 2 workers, 4 of which burn a 10 s limit: bounded, nothing hangs
+    assert elapsed < 150, elapsed
+
+
+def test_grader_solution_and_blank(graded):
+    rows, _ = graded
+    assert _scores(rows["solution.ipynb"]) == FULL and rows["solution.ipynb"]["percent"] == "100.0"
+    assert rows["solution.ipynb"]["notes"] == ""
+    assert _scores(rows["blank.ipynb"]) == {"q1": 0, "q2": 0, "q3": 0}
+    assert float(rows["blank.ipynb"]["total"]) == 0 and rows["blank.ipynb"]["possible"] == "7"
+
+
+def test_grader_infinite_loop_costs_only_that_question(graded):
+    rows, _ = graded
+    assert _scores(rows["loop_cell.ipynb"]) == {**FULL, "q2": 0.0}
+    assert "timed out" in rows["loop_cell.ipynb"]["notes"]
+    assert _scores(rows["loop_in_tests.ipynb"]) == {**FULL, "q1": 0.0}
+    assert "q1: tests timed out" in rows["loop_in_tests.ipynb"]["notes"]
+    r = rows["ignores_interrupt.ipynb"]
+    assert _scores(r) == {**FULL, "q3": 0.0}, r["notes"]
+    assert "ignored the interrupt" in r["notes"]
+
+
+def test_grader_errors_and_dead_kernels(graded):
+    rows, _ = graded
+    r = rows["raises.ipynb"]
+    assert _scores(r) == {**FULL, "q1": 0.0} and "RuntimeError: boom" in r["notes"]
+    r = rows["os_exit.ipynb"]
+    assert _scores(r) == {**FULL, "q3": 0.0} and "killed the kernel" in r["notes"]
+    r = rows["not_a_notebook.ipynb"]
+    assert float(r["total"]) == 0 and "unreadable notebook" in r["notes"]
+
+
+def test_grader_cannot_be_fooled(graded):
+    rows, _ = graded
+    r = rows["cheater.ipynb"]
+    assert float(r["total"]) == 0, r
+    assert "grading environment modified" in r["notes"]
+
+
+def test_sanitize_drops_only_otter_calls():
+    src = 'import otter\ngrader = otter.Notebook("x.ipynb")\nx = 1\n  grader.check("q1")\nprint(x)'
+    out = E._sanitize(src).splitlines()
+    assert out[2] == "x = 1" and out[4] == "print(x)"
+    assert all("removed by the grader" in out[i] for i in (0, 1, 3)) and out[3].startswith("  pass")

@@ -225,8 +225,9 @@ def test_grader_csv_has_one_row_per_submission(graded):
                          "not_a_notebook.ipynb"}
     assert list(next(iter(rows.values())).keys()) == ["file", "q1", "q2", "q3", "total", "possible",
                                                       "percent", "notes"]
-    # 9 submissions on 2 workers, 4 of which burn a 10 s limit: bounded, nothing hangs
-    assert elapsed < 150, elapsed
+    # Not a speed test: four submissions never finish a cell on their own, so an unbounded
+    # grading run would hang. The bound is far above the ~2 minutes it takes on 2 cores.
+    assert elapsed < 600, elapsed
 
 
 def test_grader_solution_and_blank(graded):

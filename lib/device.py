@@ -109,7 +109,9 @@ def seed_everything(seed: int = 0, deterministic: bool = False) -> None:
         torch.backends.cudnn.benchmark = False
         torch.backends.cudnn.deterministic = True
     else:
-        torch.use_deterministic_algorithms(False)
+        # only when needed: the call imports torch._inductor (seconds on a small CPU)
+        if torch.are_deterministic_algorithms_enabled():
+            torch.use_deterministic_algorithms(False)
         torch.backends.cudnn.deterministic = False
 
 

@@ -15,9 +15,11 @@ so ``pad_id`` is 0 and ``bos_id`` is 2 whichever tokenizer a chapter uses.
 
 How the subword tokenizers see text
 -----------------------------------
-Text is first normalized: Unicode NFKC, every run of whitespace becomes one space,
-leading/trailing spaces are stripped (and, with ``lowercase=True``, lower-cased).
-:meth:`SubwordTokenizer.normalize` shows the result.
+Text is first normalized: Unicode NFC (decomposed Hangul is composed into syllables),
+every run of whitespace becomes one space, leading/trailing spaces are stripped (and,
+with ``lowercase=True``, lower-cased). :meth:`SubwordTokenizer.normalize` shows the
+result. NFKC is deliberately *not* used: it turns the stand-alone jamo of Korean
+internet text into conjoining jamo, so ``"ㅋㅠㅠ"`` would come back as ``"큐ᅲ"``.
 
 * ``kind="bpe"``: character-level BPE with SentencePiece-style ``▁`` word markers
   (the Metaspace pre-tokenizer), punctuation split off. Korean stays readable
@@ -111,7 +113,8 @@ class _SpecialIds:
 def _build_hf_tokenizer(kind: str, lowercase: bool):
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
 
-    steps = [normalizers.NFKC(), normalizers.Replace(Regex(r"\s+"), " "), normalizers.Strip()]
+    # NFC, not NFKC: NFKC maps Hangul compatibility jamo (ㅋ, ㅠ) to conjoining jamo
+    steps = [normalizers.NFC(), normalizers.Replace(Regex(r"\s+"), " "), normalizers.Strip()]
     if lowercase:
         steps.append(normalizers.Lowercase())
     if kind == "bpe":
@@ -201,15 +204,16 @@ class SubwordTokenizer(_SpecialIds):
         return f"SubwordTokenizer(kind={self.kind!r}, vocab_size={self.vocab_size}, lowercase={self.lowercase})"
 
     def normalize(self, text: str) -> str:
-        """The text as the tokenizer sees it (NFKC, whitespace collapsed, maybe lower-cased)."""
+        """The text as the tokenizer sees it (NFC, whitespace collapsed, maybe lower-cased)."""
         return self.hf.normalizer.normalize_str(_check_text("text", text))
 
     def token_to_id(self, token: str) -> int | None:
         return self.hf.token_to_id(_check_text("token", token))
 
     def id_to_token(self, i: int) -> str:
+        (i,) = _check_ids("id", [i])
         self._check_range([i])
-        return self.hf.id_to_token(int(i))
+        return self.hf.id_to_token(i)
 
     # ------------------------------------------------------------------ encode / decode
     def encode(self, text: str, add_bos_eos: bool = False) -> list[int]:
@@ -312,10 +316,12 @@ def simple_tokenize(text: str, lowercase: bool = True) -> list[str]:
 
         simple_tokenize("영화 볼래?")   -> ["영화", "볼래", "?"]
         simple_tokenize("Don't go!")   -> ["don", "'", "t", "go", "!"]
+        simple_tokenize("ㅋㅋ 최고")     -> ["ㅋㅋ", "최고"]
 
-    The text is NFKC-normalized first (full-width forms become ASCII).
+    The text is NFC-normalized first (decomposed Hangul becomes syllables; stand-alone
+    jamo such as ㅋ and ㅠ are kept as they are, which NFKC would not do).
     """
-    text = unicodedata.normalize("NFKC", _check_text("text", text))
+    text = unicodedata.normalize("NFC", _check_text("text", text))
     if lowercase:
         text = text.lower()
     return _WORD_RE.findall(text)

@@ -183,10 +183,14 @@ def plot_history(history, keys: str | Sequence[str] = ("train_loss",), ax=None, 
 
 def attention_heatmap(weights, x_labels: Sequence[str] | None = None, y_labels: Sequence[str] | None = None,
                       ax=None, title: str | None = None, cmap: str = "viridis", colorbar: bool = True,
-                      vmin: float | None = 0.0, vmax: float | None = None):
+                      vmin: float | None = None, vmax: float | None = None):
     """Show a ``(T_query, T_key)`` attention matrix: rows = queries (``y_labels``),
     columns = keys (``x_labels``, written at 90°). A leading batch/head axis of size 1
     is dropped; larger ones must be indexed first (e.g. ``weights[0, head]``).
+
+    The colour scale starts at 0 for weights (non-negative values), so a masked key
+    is as dark as it gets; pass ``vmin``/``vmax`` to fix the scale across plots.
+    Tensors may be on any device and require grad.
     """
     w = _to_numpy("weights", weights)
     while w.ndim > 2 and w.shape[0] == 1:
@@ -195,6 +199,8 @@ def attention_heatmap(weights, x_labels: Sequence[str] | None = None, y_labels: 
         raise ValueError(f"weights must be a 2-D (queries, keys) matrix, got shape {tuple(w.shape)}; "
                          "select one example and head first, e.g. weights[0, 0]")
     n_rows, n_cols = w.shape
+    if vmin is None and w.size and np.nanmin(w) >= 0:
+        vmin = 0.0
     for name, labels, n, what in (("x_labels", x_labels, n_cols, "columns (keys)"),
                                   ("y_labels", y_labels, n_rows, "rows (queries)")):
         if labels is not None:

@@ -34,7 +34,8 @@ def restore_determinism():
     before = (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.deterministic,
               torch.backends.cudnn.benchmark, os.environ.get("CUBLAS_WORKSPACE_CONFIG"))
     yield
-    torch.use_deterministic_algorithms(before[0])
+    if torch.are_deterministic_algorithms_enabled() != before[0]:
+        torch.use_deterministic_algorithms(before[0])
     torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = before[1], before[2]
     if before[3] is None:
         os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)

@@ -96,14 +96,30 @@ def test_wordpiece_marks_continuations(wordpiece):
     assert wordpiece.decode(wordpiece.encode("영화관에 팝콘을")) == "영화관에 팝콘을"
 
 
-def test_normalization_nfkc_whitespace_and_lowercase():
+def test_normalization_nfc_whitespace_and_lowercase():
     tok = T.train_tokenizer(CORPUS, kind="bpe", vocab_size=200, lowercase=True)
-    s = "  ＭＯＶＩＥ   was\tfun  "
+    s = "  MOVIE   was\tfun  "
     assert tok.normalize(s) == "movie was fun"
     assert tok.decode(tok.encode(s)) == "movie was fun"
+    # decomposed Hangul (as some macOS files have it) is composed into syllables
+    decomposed = unicodedata.normalize("NFD", "영화 볼래?")
+    assert len(decomposed) > len("영화 볼래?")
+    assert tok.normalize(decomposed) == "영화 볼래?"
+    assert tok.encode(decomposed) == tok.encode("영화 볼래?")
     cased = T.train_tokenizer(CORPUS, kind="bpe", vocab_size=200)
     assert cased.normalize("The Movie") == "The Movie"
     assert cased.encode("The") != cased.encode("the")
+
+
+@pytest.mark.parametrize("kind", ["bpe", "wordpiece"])
+def test_stand_alone_jamo_survive(kind):
+    # Korean reviews are full of ㅋㅋ and ㅠㅠ; NFKC would turn "ㅋㅠ" into the syllable "큐"
+    texts = ["ㅋㅋㅋ 재밌다", "ㅠㅠ 슬프다", "ㅋㅠㅠ 뭐지", "ㅎㅎ 좋아"] * 3
+    tok = T.train_tokenizer(texts, kind=kind, vocab_size=100)
+    for s in texts[:4]:
+        assert tok.normalize(s) == s
+        assert tok.decode(tok.encode(s)) == s
+    assert T.simple_tokenize("ㅋㅠㅠ 뭐지?") == ["ㅋㅠㅠ", "뭐지", "?"]
 
 
 def test_unseen_character_becomes_unk(bpe):
@@ -128,6 +144,22 @@ def test_encode_batch_matches_encode(bpe):
     texts = KOREAN[:3] + ENGLISH[:3]
     assert bpe.encode_batch(texts) == [bpe.encode(t) for t in texts]
     assert bpe.encode_batch(texts, add_bos_eos=True) == [bpe.encode(t, add_bos_eos=True) for t in texts]
+
+
+def test_decode_batch_and_token_lookup(bpe):
+    texts = ["영화 볼래?", "The movie was boring."]
+    ids = bpe.encode_batch(texts, add_bos_eos=True)
+    batch, _ = T.pad_batch(ids, bpe.pad_id)
+    assert bpe.decode_batch(batch) == texts
+    assert bpe.decode_batch(ids) == texts
+    pieces = [bpe.id_to_token(i) for i in bpe.encode("영화 볼래?")]
+    assert pieces == bpe.tokens("영화 볼래?")
+    assert [bpe.token_to_id(p) for p in pieces] == bpe.encode("영화 볼래?")
+    assert bpe.id_to_token(bpe.mask_id) == "[MASK]"
+    with pytest.raises(ValueError, match="must be 2-D"):
+        bpe.decode_batch(torch.tensor([1, 2]))
+    with pytest.raises(ValueError, match=r"ids must be in \[0, "):
+        bpe.id_to_token(bpe.vocab_size)
 
 
 def test_vocab_size_is_respected_and_bigger_vocab_compresses_more():
@@ -155,7 +187,7 @@ def test_save_load_gives_identical_encodings(tmp_path, kind):
     assert payload["kind"] == kind and payload["lowercase"] is True
     back = T.SubwordTokenizer.load(path)
     assert (back.kind, back.lowercase, back.vocab_size) == (kind, True, tok.vocab_size)
-    texts = ROUND_TRIP + ["  ＭＩＸＥＤ Case 영화 "]
+    texts = ROUND_TRIP + ["  MIXED   Case 영화 ", "ㅋㅋ 영화"]
     assert back.encode_batch(texts, add_bos_eos=True) == tok.encode_batch(texts, add_bos_eos=True)
     assert [back.tokens(t) for t in texts] == [tok.tokens(t) for t in texts]
 
@@ -210,8 +242,8 @@ def test_simple_tokenize_korean_and_english():
     assert T.simple_tokenize("Hello, World!! It's 3.5") == ["hello", ",", "world", "!", "!", "it", "'", "s",
                                                              "3", ".", "5"]
     assert T.simple_tokenize("Hello, World", lowercase=False) == ["Hello", ",", "World"]
-    # NFKC: full-width letters and punctuation become ASCII
-    assert T.simple_tokenize("ＡＢＣ？") == ["abc", "?"]
+    # NFC: decomposed Hangul is composed first
+    assert T.simple_tokenize(unicodedata.normalize("NFD", "영화 볼래?")) == ["영화", "볼래", "?"]
     assert T.simple_tokenize("   ") == []
     with pytest.raises(TypeError, match="text must be a str"):
         T.simple_tokenize(None)

@@ -115,6 +115,14 @@ def test_attention_heatmap_draws_on_given_axes_and_drops_unit_axes():
     assert out.images[0].get_cmap().name == "magma"
 
 
+def test_attention_heatmap_colour_scale():
+    w = torch.tensor([[0.2, 0.8], [0.5, 0.5]], requires_grad=True)
+    assert viz.attention_heatmap(w).images[0].get_clim() == (0.0, pytest.approx(0.8))
+    scores = torch.tensor([[-2.0, 1.0], [0.5, 3.0]])  # raw scores may be negative
+    assert viz.attention_heatmap(scores).images[0].get_clim() == (-2.0, 3.0)
+    assert viz.attention_heatmap(w.detach(), vmin=0.1, vmax=1.0).images[0].get_clim() == (0.1, 1.0)
+
+
 @pytest.mark.parametrize("weights, xl, yl, exc, match", [
     (torch.rand(2, 3, 4), None, None, ValueError, r"2-D \(queries, keys\).*\(2, 3, 4\)"),
     (torch.rand(4), None, None, ValueError, "2-D"),
@@ -152,6 +160,13 @@ def test_plot_history_plots_each_metric_against_step(make):
     assert list(lines["eval_loss"].get_xdata()) == [3, 5]
     assert np.allclose(lines["eval_loss"].get_ydata(), [1.5, 1.2])
     assert ax.get_xlabel() == "step"
+
+
+def test_plot_history_accepts_lib_train_history():
+    train = pytest.importorskip("lib.train")
+    ax = viz.plot_history(train.History(RECORDS), ["eval_loss"])
+    (line,) = ax.get_lines()
+    assert list(line.get_xdata()) == [3, 5] and np.allclose(line.get_ydata(), [1.5, 1.2])
 
 
 def test_plot_history_single_key_and_errors():

@@ -178,7 +178,8 @@ def record(chapter: str, metrics: Mapping[str, Any], recipe, notes: str = "") ->
 def load(chapter: str) -> dict[str, Any]:
     """The chapter's recorded entries, ``{"ci": {...}, "full": {...}}`` (either may be absent):
     the committed ``<repo>/results/<chapter>.json``, with the entries of
-    ``$COURSE_RESULTS_DIR/<chapter>.json`` laid over it when that variable names another folder."""
+    ``$COURSE_RESULTS_DIR/<chapter>.json`` laid over it when that variable names another folder.
+    Each entry also gets ``source``: the file it was read from. Nothing recorded: ``{}``."""
     committed = path(chapter, COMMITTED_DIR)
     data = _read(committed)
     for entry in data.values():
@@ -224,7 +225,10 @@ def _format(value: Any) -> str:
     if isinstance(value, bool):
         return str(value)
     if isinstance(value, float):
-        return f"{value:.4g}"
+        text = f"{value:.4g}"
+        if "e" in text and 1.0 <= abs(value) < 1e15:  # 12345.6 -> "12346", not "1.235e+04"
+            text = f"{value:.0f}"
+        return text
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(_format(v) for v in value) + "]"
     return str(value)

@@ -24,22 +24,30 @@ Exact resume
 ------------
 ``fit(..., checkpoint=path, resume=True)`` continues an interrupted run so that, on cpu, the
 result is bit-for-bit the result of the run that was never interrupted (same parameters,
-same history). Three things make that true:
+same history). What makes that true:
 
 * the checkpoint holds the model, optimizer, scheduler and grad-scaler states, the step, the
   position inside the epoch, the history, the partly averaged metrics, and the random number
   generator states (python, numpy, torch cpu, cuda), so dropout draws the same masks;
-* the data order is a function of ``(seed, epoch)`` only: at the start of every epoch ``fit``
-  re-seeds the generator of the loader's sampler (a ``DataLoader(shuffle=True)`` without a
-  generator gets one), so a resumed run rebuilds the interrupted epoch's order and skips the
-  batches already consumed. ``make_loader`` builds such a loader. A sampler with randomness
-  that ``fit`` cannot reach (no ``generator`` attribute, no ``set_epoch``) cannot be resumed
-  exactly; ``fit`` warns when asked to resume with one;
+* the data order is a function of ``(seed, epoch)``: at the start of every epoch ``fit``
+  re-seeds every ``torch.Generator`` of the loader, its sampler and batch sampler (a
+  ``DataLoader`` or ``RandomSampler`` without one gets one) and calls ``set_epoch(epoch)`` on
+  samplers that have it; ``make_loader`` builds such a loader. A resumed run rebuilds the
+  interrupted epoch's order and skips the batches already consumed: for a map-style
+  ``DataLoader`` without loading them (the rest of the epoch's index batches go to a one-off
+  ``DataLoader``), for anything else by iterating past them. The random states at the start
+  of the epoch are saved too and restored before the order is rebuilt, so a loader that
+  shuffles with the global RNGs resumes exactly as well;
+* randomness in the data pipeline must therefore come from the global RNGs (in the main
+  process) or from generators/``set_epoch`` that ``fit`` can reach. Random augmentation inside
+  DataLoader worker processes is reproducible but not replayed exactly by a mid-epoch resume;
 * evaluation happens at fixed steps (epoch ends and every ``eval_every`` steps) and the
   checkpoint is written after it, so the random numbers an ``eval_fn`` may draw are accounted
   for too.
 
-``seed`` defaults to ``torch.initial_seed()``, i.e. the seed given to ``lib.device.setup``.
+``seed`` defaults to the ``make_loader`` seed, else ``torch.initial_seed()`` (the seed given to
+``lib.device.setup``). The final evaluation after the last step (when it had none) is not in the
+checkpoint, so that resuming never changes the history.
 
 TODO(DDP): under ``torchrun`` the loop would wrap the model in
 ``torch.nn.parallel.DistributedDataParallel``, use a ``DistributedSampler`` (``fit`` already
@@ -124,65 +132,101 @@ def _seed_worker(worker_id: int) -> None:  # pragma: no cover - runs in DataLoad
 def make_loader(dataset, batch_size: int, shuffle: bool = True, seed: int = 0,
                 collate_fn: Callable | None = None, drop_last: bool = False,
                 num_workers: int = 0) -> torch.utils.data.DataLoader:
-    """A ``DataLoader`` whose order is reproducible and resumable: it owns a ``torch.Generator``
-    (seeded with ``seed``) that ``fit`` re-seeds from ``(seed, epoch)`` at every epoch, and its
-    workers seed numpy and ``random`` from torch's per-worker seed."""
+    """A ``DataLoader`` whose order is reproducible and resumable: its sampler owns a
+    ``torch.Generator`` that ``fit`` re-seeds from ``(seed, epoch)`` at every epoch, the loader has a
+    second one for the workers' base seed, and workers seed numpy and ``random`` from torch's
+    per-worker seed. (Random augmentation done inside worker processes is reproducible but is not
+    replayed exactly by a mid-epoch resume; do it in the main process, ``num_workers=0``, for that.)"""
     _check_int("batch_size", batch_size, 1)
     _check_int("seed", seed, 0)
     _check_int("num_workers", num_workers, 0)
     if not isinstance(shuffle, bool):
         raise TypeError(f"shuffle must be a bool, got {shuffle!r}")
+    if not isinstance(drop_last, bool):
+        raise TypeError(f"drop_last must be a bool, got {drop_last!r}")
     if collate_fn is not None and not callable(collate_fn):
         raise TypeError(f"collate_fn must be callable or None, got {type(collate_fn).__name__}")
-    g = torch.Generator()
-    g.manual_seed(int(seed))
-    loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=shuffle,
-                                         collate_fn=collate_fn, drop_last=drop_last,
-                                         num_workers=num_workers, generator=g,
+    if isinstance(dataset, torch.utils.data.IterableDataset) and shuffle:
+        raise ValueError("shuffle=True needs a map-style dataset (with __getitem__/__len__); an IterableDataset "
+                         "decides its own order")
+    sampler = None
+    if shuffle:
+        sampler = torch.utils.data.RandomSampler(dataset, generator=torch.Generator().manual_seed(int(seed)))
+    loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, sampler=sampler,
+                                         collate_fn=collate_fn, drop_last=drop_last, num_workers=num_workers,
+                                         generator=torch.Generator().manual_seed(int(seed)),
                                          worker_init_fn=_seed_worker if num_workers else None)
     loader.course_seed = int(seed)  # fit() uses it when no seed is given
     return loader
 
 
-def _loader_generators(loader) -> tuple[list[torch.Generator], list[Any], bool]:
-    """The generators and set_epoch samplers that decide ``loader``'s order, and whether the
-    order is fully under control (True for sequential samplers and plain sequences)."""
+def _loader_generators(loader) -> tuple[list[torch.Generator], list[Any]]:
+    """The torch generators and the ``set_epoch`` samplers that decide ``loader``'s order.
+
+    A ``DataLoader`` without a generator gets one (otherwise every ``iter(loader)`` draws the
+    workers' base seed from the global torch RNG and would shift the dropout random numbers), and
+    a ``RandomSampler`` without a generator of its own gets one (so that its order depends only on
+    ``(seed, epoch)``, not on how many random numbers the loader drew before)."""
     if not isinstance(loader, torch.utils.data.DataLoader):
-        return [], [], True
-    gens, epoch_samplers, controlled = [], [], True
+        return [], []
+    if loader.generator is None:
+        loader.generator = torch.Generator()
+    sampler = loader.sampler
+    if isinstance(sampler, torch.utils.data.RandomSampler) and (
+            sampler.generator is None or sampler.generator is loader.generator):
+        sampler.generator = torch.Generator()
     samplers = []
     for s in (loader.sampler, loader.batch_sampler, getattr(loader.batch_sampler, "sampler", None)):
         if s is not None and all(s is not t for t in samplers):
             samplers.append(s)
-    # Give the loader a generator of its own: without one, every iter(loader) draws the workers'
-    # base seed (and a RandomSampler its shuffle seed) from the global torch RNG, which would both
-    # make the order unrepeatable and shift the dropout random numbers.
-    if loader.generator is None:
-        loader.generator = torch.Generator()
-    if isinstance(loader.sampler, torch.utils.data.RandomSampler) and loader.sampler.generator is None:
-        loader.sampler.generator = loader.generator
-    if loader.generator is not None:
-        gens.append(loader.generator)
+    gens, epoch_samplers = [loader.generator], []
     for s in samplers:
         g = getattr(s, "generator", None)
         if isinstance(g, torch.Generator) and all(g is not h for h in gens):
             gens.append(g)
         if callable(getattr(s, "set_epoch", None)):
             epoch_samplers.append(s)
-        known = isinstance(s, (torch.utils.data.SequentialSampler, torch.utils.data.BatchSampler,
-                               torch.utils.data.RandomSampler))
-        if not known and not isinstance(g, torch.Generator) and not callable(getattr(s, "set_epoch", None)):
-            if not isinstance(loader.dataset, torch.utils.data.IterableDataset):
-                controlled = False
-    return gens, epoch_samplers, controlled
+    return gens, epoch_samplers
 
 
 def _start_epoch(loader, seed: int, epoch: int) -> None:
-    gens, epoch_samplers, _ = _loader_generators(loader)
+    """Re-seed every generator that decides the loader's order from (seed, epoch)."""
+    gens, epoch_samplers = _loader_generators(loader)
     for i, g in enumerate(gens):
         g.manual_seed(_epoch_seed(seed + i, epoch))
     for s in epoch_samplers:
         s.set_epoch(epoch)
+
+
+def _epoch_iterator(loader, skip: int, where: str):
+    """An iterator over this epoch's batches without the first ``skip`` (already trained on).
+
+    For a map-style ``DataLoader`` the skipped batches are never loaded: the epoch's index batches
+    are listed from its batch sampler and the rest are served by a one-off ``DataLoader`` with the
+    same dataset, collate_fn, workers and generator. Anything else is iterated and the first
+    ``skip`` batches are thrown away."""
+    if skip == 0:
+        return iter(loader)
+    if (isinstance(loader, torch.utils.data.DataLoader) and loader.batch_sampler is not None
+            and not isinstance(loader.dataset, torch.utils.data.IterableDataset)):
+        batches = list(loader.batch_sampler)
+        if skip > len(batches):
+            raise CheckpointError(f"{where} says {skip} batches of this epoch were done, but train_loader has "
+                                  f"only {len(batches)}: was the data changed?")
+        rest = torch.utils.data.DataLoader(
+            loader.dataset, batch_sampler=batches[skip:], num_workers=loader.num_workers,
+            collate_fn=loader.collate_fn, pin_memory=loader.pin_memory, timeout=loader.timeout,
+            worker_init_fn=loader.worker_init_fn, multiprocessing_context=loader.multiprocessing_context,
+            generator=loader.generator, prefetch_factor=loader.prefetch_factor if loader.num_workers else None)
+        return iter(rest)
+    iterator = iter(loader)
+    for i in range(skip):
+        try:
+            next(iterator)
+        except StopIteration:
+            raise CheckpointError(f"{where} says {skip} batches of this epoch were done, but train_loader has "
+                                  f"only {i}: was the data changed?") from None
+    return iterator
 
 
 # --------------------------------------------------------------------------------------------
@@ -760,11 +804,6 @@ def fit(model: nn.Module, train_loader: Iterable, *, optimizer: torch.optim.Opti
                           stacklevel=2)
         seed = loop["seed"]
         rng_to_restore = payload["rng"]
-        _, _, controlled = _loader_generators(train_loader)
-        if not controlled:
-            warnings.warn("the loader's sampler has randomness fit() cannot re-seed (no generator, no set_epoch): "
-                          "the resumed data order will differ from an uninterrupted run; build the loader with "
-                          "lib.train.make_loader", stacklevel=2)
 
     def done() -> bool:
         return (max_steps is not None and step >= max_steps) or (epochs is not None and epoch >= epochs)
@@ -792,6 +831,7 @@ def fit(model: nn.Module, train_loader: Iterable, *, optimizer: torch.optim.Opti
     # the lr the latest step used (what a history record shows)
     last_lr = loop_state.get("lr", float(optimizer.param_groups[0]["lr"]))
     batch_in_epoch = skip
+    epoch_rng = None  # the random states at the start of the current epoch
 
     def flush(extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Close the averaging window into a history record at this step (merging ``extra``)."""
@@ -831,7 +871,7 @@ def fit(model: nn.Module, train_loader: Iterable, *, optimizer: torch.optim.Opti
         if checkpoint is None or saved_at == where:
             return
         loop = {"batch_in_epoch": batch_in_epoch, "window": window.state(), "seed": seed, "lr": last_lr,
-                "last_eval_step": last_eval_step}
+                "last_eval_step": last_eval_step, "epoch_rng": epoch_rng}
         payload = _payload(model, optimizer, scheduler, scaler, step=step, epoch=epoch, history=history,
                            extra=None, rng=True, loop=loop)
         _write_checkpoint(checkpoint, payload)
@@ -845,19 +885,17 @@ def fit(model: nn.Module, train_loader: Iterable, *, optimizer: torch.optim.Opti
     try:
         while not done():
             # The random states are restored at the point of the loop where they were saved: before
-            # the epoch's iterator exists for a checkpoint between epochs, after building it and
-            # skipping the consumed batches for one inside an epoch.
+            # the epoch's iterator exists for a checkpoint between epochs; for one inside an epoch,
+            # first the state the epoch started with (so that a loader drawing from the global RNGs
+            # rebuilds the same order), then, once the consumed batches are skipped, the saved one.
             if rng_to_restore is not None and not skip:
                 _set_rng_state(rng_to_restore)
                 rng_to_restore = None
+            if skip and loop_state.get("epoch_rng") is not None:
+                _set_rng_state(loop_state["epoch_rng"])
+            epoch_rng = _rng_state() if checkpoint is not None else None
             _start_epoch(train_loader, seed, epoch)
-            iterator = iter(train_loader)
-            for i in range(skip):  # the batches this epoch consumed before the interruption
-                try:
-                    next(iterator)
-                except StopIteration:
-                    raise CheckpointError(f"{checkpoint} says {skip} batches of epoch {epoch + 1} were done, but "
-                                          f"train_loader has only {i}: was the data changed?") from None
+            iterator = _epoch_iterator(train_loader, skip, str(checkpoint))
             if rng_to_restore is not None:
                 _set_rng_state(rng_to_restore)
                 rng_to_restore = None

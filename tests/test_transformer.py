@@ -263,3 +263,15 @@ def _learn_to_reverse():
     src = torch.randint(4, 12, (16, 6))
     out = m.greedy_decode(src, bos_id=2, eos_id=3, max_new_tokens=6)
     assert (out == src.flip(1)).float().mean() > 0.9
+
+
+def test_warmup_schedule_values():
+    """lib.train's schedule is the paper's formula: linear rise, peak at warmup, then 1/sqrt(step)."""
+    from lib.train import transformer_lr
+    d, w = 512, 4000
+    assert transformer_lr(1, d, w) == pytest.approx(d ** -0.5 * w ** -1.5)
+    assert transformer_lr(w, d, w) == pytest.approx((d * w) ** -0.5)
+    assert transformer_lr(4 * w, d, w) == pytest.approx(transformer_lr(w, d, w) / 2)
+    assert transformer_lr(w // 2, d, w) == pytest.approx(transformer_lr(w, d, w) / 2)
+    values = [transformer_lr(s, d, w) for s in range(1, 3 * w)]
+    assert max(range(len(values)), key=values.__getitem__) + 1 == w

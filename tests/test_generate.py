@@ -63,7 +63,6 @@ MODELS = {"tiny": lambda: TinySeq2Seq(), "transformer": course_transformer}
 def model(request):
     torch.manual_seed(0)
     m = MODELS[request.param]()
-    # sharpen the output layer a little so that sequences are varied and eos comes late or never
     m.eval()
     return m
 
@@ -216,6 +215,15 @@ def test_beam_finds_the_best_sequence_greedy_misses():
                                      num_return_sequences=2, **kw)
     assert tokens[0].tolist() == [[ToyLM.B_, ToyLM.EOS], [ToyLM.A, ToyLM.EOS]]
     torch.testing.assert_close(scores[0], torch.tensor([math.log(0.36), math.log(0.24)]))
+
+
+def test_min_new_tokens_forbids_an_early_eos():
+    toy, src = ToyLM(), torch.ones(1, 2, dtype=torch.long)
+    kw = dict(bos_id=ToyLM.BOS, eos_id=ToyLM.EOS, max_new_tokens=5, pad_id=0, min_new_tokens=2)
+    out = gen.greedy(toy, src, **kw)
+    assert out[0, :2].tolist() == [ToyLM.A, ToyLM.A] and out[0, 2].item() == ToyLM.EOS
+    tokens, _ = gen.beam_search(toy, src, num_beams=2, length_penalty_alpha=0.0, **kw)
+    assert len(tokens[0]) == 3 and tokens[0, 2].item() == ToyLM.EOS and ToyLM.EOS not in tokens[0, :2].tolist()
 
 
 def test_beam_without_eos_returns_live_prefixes():

@@ -154,3 +154,16 @@ def test_toc_notebooks_lists_chapters_in_reading_order():
     names = [p.name for p in execute_chapters.toc_notebooks()]
     assert names == sorted(names)
     assert all(p.suffix == ".ipynb" for p in execute_chapters.toc_notebooks())
+
+
+def test_checked_cells_keep_a_reference_output():
+    # nbval passes a `# NBVAL_CHECK_OUTPUT` cell that has no stored output without checking
+    # anything, so every checked cell must carry the output a fresh run is compared with.
+    chapters = sorted((ROOT / "chapters").glob("*.ipynb"))
+    assert chapters
+    for path in chapters:
+        nb = nbformat.read(path, as_version=4)
+        checked = [c for c in nb.cells if c.cell_type == "code" and strip_outputs.is_checked(c)]
+        assert checked, f"{path.name} has no `# NBVAL_CHECK_OUTPUT` cell"
+        for cell in checked:
+            assert cell.outputs, f"{path.name}: checked cell without a stored output:\n{cell.source[:200]}"

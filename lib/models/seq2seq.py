@@ -35,12 +35,13 @@ from typing import NamedTuple, Sequence
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence, pad_sequence
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from lib.attention import DotAttention, padding_mask
+from lib.text import collate_pairs
 
 __all__ = ["Seq2SeqConfig", "Encoder", "FixedContextDecoder", "LuongDecoder", "Memory",
-           "Seq2Seq", "collate", "strip_special"]
+           "Seq2Seq", "collate", "LengthBucketSampler", "strip_special"]
 
 
 # ----------------------------------------------------------------------------- config
@@ -153,12 +154,14 @@ class FixedContextDecoder(nn.Module):
         self.out = nn.Linear(cfg.hidden_dim, cfg.tgt_vocab_size)          # W_o
 
     def forward(self, tgt_in: torch.Tensor, state, memory: Memory):
-        """``tgt_in (B, T)`` -> ``logits (B, T, V)``, new state, ``None`` (no attention)."""
+        """``tgt_in (B, T)`` -> ``h̃ (B, T, H)``, new state, ``None`` (no attention).
+
+        ``self.out(h̃)`` gives the logits; ``Seq2Seq`` applies it (only where the loss needs it)."""
         e = self.drop(self.embed(tgt_in))
         c = memory.context[:, None, :].expand(-1, tgt_in.shape[1], -1)
         s, state = self.rnn(torch.cat([e, c], dim=-1), state)
         h_tilde = torch.tanh(self.combine(torch.cat([c, s], dim=-1)))
-        return self.out(self.drop(h_tilde)), state, None
+        return self.drop(h_tilde), state, None
 
 
 class LuongDecoder(nn.Module):
@@ -178,12 +181,12 @@ class LuongDecoder(nn.Module):
         self.out = nn.Linear(cfg.hidden_dim, cfg.tgt_vocab_size)          # W_o
 
     def forward(self, tgt_in: torch.Tensor, state, memory: Memory):
-        """``tgt_in (B, T)`` -> ``logits (B, T, V)``, new state, ``weights (B, T, S)``."""
+        """``tgt_in (B, T)`` -> ``h̃ (B, T, H)``, new state, ``weights (B, T, S)``."""
         e = self.drop(self.embed(tgt_in))
         s, state = self.rnn(e, state)                                      # (B, T, H)
         context, weights = self.attention(s, memory.outputs, memory.mask)  # (B, T, H), (B, T, S)
         h_tilde = torch.tanh(self.combine(torch.cat([context, s], dim=-1)))
-        return self.out(self.drop(h_tilde)), state, weights
+        return self.drop(h_tilde), state, weights
 
 
 class Seq2Seq(nn.Module):
@@ -212,19 +215,24 @@ class Seq2Seq(nn.Module):
 
         Returns ``logits (B, T, V)`` and the attention weights ``(B, T, S)`` (``None`` without attention).
         """
-        _check_ids("tgt_in", tgt_in, batch=src.shape[0] if isinstance(src, torch.Tensor) else None)
+        _check_ids("src", src)
+        _check_ids("tgt_in", tgt_in, batch=src.shape[0])
         memory = self.encode(src, src_len)
-        logits, _, weights = self.decoder(tgt_in, memory.state, memory)
-        return logits, weights
+        h_tilde, _, weights = self.decoder(tgt_in, memory.state, memory)
+        return self.decoder.out(h_tilde), weights
 
     def loss(self, src, src_len, tgt_in, tgt_out) -> torch.Tensor:
         """Mean cross-entropy over the real target tokens (padding in ``tgt_out`` is ignored)."""
+        _check_ids("src", src)
         _check_ids("tgt_out", tgt_out)
         if tgt_out.shape != tgt_in.shape:
             raise ValueError(f"tgt_out {tuple(tgt_out.shape)} must have the shape of tgt_in {tuple(tgt_in.shape)}")
-        logits, _ = self(src, src_len, tgt_in)
-        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt_out.reshape(-1),
-                               ignore_index=self.cfg.pad_id)
+        _check_ids("tgt_in", tgt_in, batch=src.shape[0])
+        memory = self.encode(src, src_len)
+        h_tilde, _, _ = self.decoder(tgt_in, memory.state, memory)
+        real = tgt_out != self.cfg.pad_id                 # the output layer (the costly part on
+        logits = self.decoder.out(h_tilde[real])          # a CPU) runs on real tokens only
+        return F.cross_entropy(logits, tgt_out[real])
 
     @torch.no_grad()
     def greedy_decode(self, src: torch.Tensor, src_len: torch.Tensor | None = None, max_len: int = 50):
@@ -244,8 +252,8 @@ class Seq2Seq(nn.Module):
         done = torch.zeros(B, dtype=torch.bool, device=src.device)
         tokens, weights = [], []
         for _ in range(max_len):
-            logits, state, w = self.decoder(y, state, memory)
-            y = logits[:, -1].argmax(dim=-1, keepdim=True)                    # (B, 1)
+            h_tilde, state, w = self.decoder(y, state, memory)
+            y = self.decoder.out(h_tilde[:, -1]).argmax(dim=-1, keepdim=True)   # (B, 1)
             y = y.masked_fill(done[:, None], cfg.pad_id)
             tokens.append(y)
             if w is not None:
@@ -259,29 +267,50 @@ class Seq2Seq(nn.Module):
 
 # ----------------------------------------------------------------------------- batching
 
-def collate(pairs: Sequence[tuple[Sequence[int], Sequence[int]]], cfg: Seq2SeqConfig,
-            device: torch.device | str | None = None):
-    """List of ``(src_ids, tgt_ids)`` -> ``src, src_len, tgt_in, tgt_out`` (all padded, ``long``).
+def collate(pairs: Sequence[tuple[Sequence[int], Sequence[int]]], cfg: Seq2SeqConfig):
+    """List of ``(src_ids, tgt_ids)`` -> ``src, src_len, tgt_in, tgt_out`` (``lib.text.collate_pairs``).
 
     The teacher-forcing shift: ``tgt_in = [BOS] + y`` and ``tgt_out = y + [EOS]``, so the
     decoder learns to predict token t from the true tokens before it.
     """
-    if len(pairs) == 0:
-        raise ValueError("collate needs at least one (src_ids, tgt_ids) pair")
-    srcs, tins, touts = [], [], []
-    for i, (s, t) in enumerate(pairs):
-        if len(s) == 0:
-            raise ValueError(f"pair {i} has an empty source sentence")
-        srcs.append(torch.as_tensor(list(s), dtype=torch.long))
-        t = list(t)
-        tins.append(torch.as_tensor([cfg.bos_id] + t, dtype=torch.long))
-        touts.append(torch.as_tensor(t + [cfg.eos_id], dtype=torch.long))
-    src = pad_sequence(srcs, batch_first=True, padding_value=cfg.pad_id)
-    src_len = torch.as_tensor([len(s) for s in srcs], dtype=torch.long)
-    tgt_in = pad_sequence(tins, batch_first=True, padding_value=cfg.pad_id)
-    tgt_out = pad_sequence(touts, batch_first=True, padding_value=cfg.pad_id)
-    out = (src, src_len, tgt_in, tgt_out)
-    return tuple(x.to(device) for x in out) if device is not None else out
+    pairs = list(pairs)
+    for i, pair in enumerate(pairs):
+        if len(pair[0]) == 0:
+            raise ValueError(f"pair {i} has an empty source sentence (the encoder needs at least one token)")
+    return collate_pairs(cfg.pad_id, cfg.bos_id, cfg.eos_id)(pairs)
+
+
+class LengthBucketSampler(torch.utils.data.Sampler):
+    """Batches of sentences of similar length (less padding), in a new random order every epoch.
+
+    Shuffles the indices, sorts each window of ``batch_size * window`` of them by ``lengths``,
+    cuts the window into batches and shuffles the batches. The order depends only on
+    ``(seed, epoch)``; ``lib.train.fit`` calls ``set_epoch``.
+    """
+
+    def __init__(self, lengths: Sequence[int], batch_size: int, seed: int = 0, window: int = 50):
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        self.lengths, self.batch_size, self.seed, self.window = list(lengths), batch_size, seed, window
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        n, w = len(self.lengths), self.batch_size * self.window
+        return sum(-(-min(w, n - i) // self.batch_size) for i in range(0, n, w))
+
+    def __iter__(self):
+        g = torch.Generator().manual_seed(self.seed * 100_003 + self.epoch)
+        order = torch.randperm(len(self.lengths), generator=g).tolist()
+        w = self.batch_size * self.window
+        batches = []
+        for i in range(0, len(order), w):
+            chunk = sorted(order[i:i + w], key=lambda j: self.lengths[j])
+            batches += [chunk[k:k + self.batch_size] for k in range(0, len(chunk), self.batch_size)]
+        for b in torch.randperm(len(batches), generator=g).tolist():
+            yield batches[b]
 
 
 def strip_special(ids: Sequence[int], cfg: Seq2SeqConfig) -> list[int]:

@@ -271,26 +271,13 @@ class MultiHeadAttention(nn.Module):
                 mask: torch.Tensor | None = None, key_padding_mask: torch.Tensor | None = None,
                 fused: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``key_padding_mask (B, Tk)`` True at real tokens; ``mask`` broadcastable to (B, H, Tq, Tk)."""
-        for name, x in (("query", query), ("key", key), ("value", value)):
-            _check_float(name, x, 3)
-            if x.dim() != 3 or x.shape[-1] != self.d_model:
-                raise ValueError(f"{name} must be (batch, time, d_model={self.d_model}), got {tuple(x.shape)}")
+        k, v = self.project_kv(key, value)
         if key_padding_mask is not None:
             if key_padding_mask.shape != key.shape[:2]:
                 raise ValueError(f"key_padding_mask must be (batch, T_key)={tuple(key.shape[:2])}, "
                                  f"got {tuple(key_padding_mask.shape)}")
             mask = combine_masks(mask, key_padding_mask[:, None, None, :])
-        q = split_heads(self.w_q(query), self.num_heads)
-        k = split_heads(self.w_k(key), self.num_heads)
-        v = split_heads(self.w_v(value), self.num_heads)
-        p = self.dropout if self.training else 0.0
-        if fused:
-            _check_mask(mask, torch.Size((q.shape[0], self.num_heads, q.shape[2], k.shape[2])))
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
-            weights = None
-        else:
-            out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=p, training=self.training)
-        return self.w_o(merge_heads(out)), weights
+        return self.attend_projected(query, k, v, mask, fused=fused)
 
     # -- incremental decoding (KV cache) ------------------------------------------------
     # ``forward`` above is ``attend_projected(query, *project_kv(key, value), mask)``.

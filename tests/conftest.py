@@ -4,6 +4,9 @@ The real datasets: when ``COURSE_DATA_MIRROR`` is unset and the course's shared 
 exists beside the repository (``<repo>/../shared/data``), point the variable at it, so that
 tests read the checked-in copies instead of downloading. Tests that need the real data ask
 for the ``data_mirror`` fixture, which skips them (saying why) when there is no mirror.
+
+Threads: unit tests use tiny tensors, for which one intra-op thread is faster than two, and
+much faster (and steadier) on a busy machine; every test runs with one thread.
 """
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED_DATA = REPO.parent / "shared" / "data"
@@ -27,3 +31,11 @@ def data_mirror() -> Path:
         pytest.skip(f"needs the real datasets: set COURSE_DATA_MIRROR to the shared data folder "
                     f"(none found at {SHARED_DATA})")
     return Path(value)
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -18,14 +18,6 @@ from lib import attention as A
 ATOL = 1e-5
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors: one thread is faster, and much faster on a busy machine."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
 
 def gen(seed=0):
     return torch.Generator().manual_seed(seed)

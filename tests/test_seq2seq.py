@@ -12,14 +12,6 @@ PAIRS = [([4, 5, 6, 7, 8], [9, 10, 11]), ([12, 13], [14, 15, 16, 17]), ([6, 5, 4
          ([18, 19, 4, 5, 6, 7, 8], [12, 13, 9, 14, 15]), ([7], [8])]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models: one thread is faster, and much faster on a busy machine."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
 
 def make(attention=True, cell="gru", seed=0, **kw):
     torch.manual_seed(seed)

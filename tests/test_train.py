@@ -17,14 +17,6 @@ from lib import device as lib_device
 from lib import train
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """The machine is shared: one intra-op thread keeps these tiny models fast and deterministic."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
 
 # --------------------------------------------------------------------------------------------
 # A tiny regression problem

@@ -237,15 +237,6 @@ def test_attention_weights_rows_sum_to_one():
 
 def test_tiny_transformer_learns_to_reverse():
     """A real training signal: 2-layer model learns sequence reversal (loss must drop a lot)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)           # tiny matrices: one thread is fastest, and robust to a busy machine
-    try:
-        _learn_to_reverse()
-    finally:
-        torch.set_num_threads(threads)
-
-
-def _learn_to_reverse():
     torch.manual_seed(0)
     cfg = TransformerConfig(12, 12, d_model=32, num_heads=4, num_encoder_layers=1, num_decoder_layers=1,
                             d_ff=64, dropout=0.0, max_len=16)

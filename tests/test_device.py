@@ -167,3 +167,21 @@ def test_summary_follows_course_mode_and_given_device(machine, monkeypatch):
     assert "precision=float16" in line and "recipe=ci" in line
     monkeypatch.setenv("COURSE_MODE", "full")
     assert "recipe=full" in D.summary("cpu")
+
+
+def test_setup_sets_cpu_threads_only_on_the_cpu(monkeypatch):
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        D.setup(seed=0, prefer="cpu", cpu_threads=1)
+        assert torch.get_num_threads() == 1
+        assert "1 threads" in D.summary()
+        torch.set_num_threads(2)
+        monkeypatch.setattr(D, "pick_device", lambda prefer=None: torch.device("cuda"))
+        D.setup(seed=0, cpu_threads=1)
+        assert torch.get_num_threads() == 2            # a GPU run keeps PyTorch's default
+        with pytest.raises(ValueError, match="cpu_threads"):
+            D.setup(seed=0, cpu_threads=0)
+    finally:
+        torch.set_num_threads(before)
+        D._current = None

@@ -112,3 +112,13 @@ def test_bibliography_renders_the_cited_papers():
     html = (HTML / "bibliography.html").read_text(encoding="utf-8").lower()
     for title in ("attention is all you need", "neural machine translation by jointly learning"):
         assert title in html, f"the bibliography lacks {title!r}"
+
+
+def test_every_chapter_shows_its_figures():
+    # Plots are PNG outputs of the executed notebooks, copied by Sphinx into _images/.
+    # (A non-interactive matplotlib backend in the kernels' environment would silently drop them.)
+    for page in chapter_pages():
+        images = re.findall(r'<img[^>]+src="([^"]+\.png)"', page.read_text(encoding="utf-8"))
+        assert images, f"{page.name} shows no figure"
+        for src in images:
+            assert (page.parent / src).resolve().exists(), f"{page.name}: {src} is missing"

@@ -13,7 +13,6 @@ if [ "${COURSE_MODE:-}" != "full" ] && [ -z "${COURSE_RESULTS_DIR:-}" ]; then
   export COURSE_RESULTS_DIR="$ROOT/_build/results"
 fi
 export PYTHONUNBUFFERED=1
-export MPLBACKEND=Agg
 export HF_HUB_OFFLINE=1
 export TOKENIZERS_PARALLELISM=false
 # Kernels talk to the notebook runner over loopback only.

@@ -10,5 +10,7 @@ bash tools/fetch_assets.sh
 .venv/bin/python tools/exercises.py build
 .venv/bin/python tools/execute_chapters.py
 # -W: any warning, including a notebook that failed to execute, fails the build.
-.venv/bin/jupyter-book build . --warningiserror --keep-going
+# --all: re-read every page, so that outputs refreshed in the cache above are never hidden
+# behind a doctree Sphinx kept from an earlier build of an unchanged notebook.
+.venv/bin/jupyter-book build . --all --warningiserror --keep-going
 echo "build: open _build/html/index.html"

@@ -172,6 +172,29 @@ def train_tokenizer(texts: Iterable[str], kind: str = "bpe", vocab_size: int = 8
     return SubwordTokenizer(tok, kind=kind, lowercase=lowercase)
 
 
+
+def _write_json(path: str | os.PathLike, payload: dict) -> Path:
+    """Write ``payload`` as UTF-8 JSON, atomically; returns the path."""
+    path = Path(path)
+    with atomic_write(path, "w", encoding="utf-8") as f:
+        json.dump(payload, f, ensure_ascii=False)
+    return path
+
+
+def _read_json(path: str | os.PathLike, fmt: str, what: str, writer: str) -> dict:
+    """Read a JSON file written by ``writer`` whose ``format`` is ``fmt``; clear errors otherwise."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no {what} file at {path}")
+    try:
+        payload = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path} is not a valid {what} file (bad JSON: {e})") from None
+    if not isinstance(payload, dict) or payload.get("format") != fmt:
+        raise ValueError(f"{path} was not written by {writer} (expected format {fmt!r})")
+    return payload
+
+
 class SubwordTokenizer(_SpecialIds):
     """A trained BPE or WordPiece tokenizer (wraps a ``tokenizers.Tokenizer``).
 
@@ -277,28 +300,15 @@ class SubwordTokenizer(_SpecialIds):
     # ------------------------------------------------------------------ files
     def save(self, path: str | os.PathLike) -> Path:
         """Write the tokenizer as one JSON file (atomically); returns the path."""
-        path = Path(path)
-        payload = {"format": _FORMAT, "version": 1, "kind": self.kind, "lowercase": self.lowercase,
-                   "tokenizer": json.loads(self.hf.to_str())}
-        with atomic_write(path, "w", encoding="utf-8") as f:
-            json.dump(payload, f, ensure_ascii=False)
-        return path
+        return _write_json(path, {"format": _FORMAT, "version": 1, "kind": self.kind,
+                                  "lowercase": self.lowercase, "tokenizer": json.loads(self.hf.to_str())})
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "SubwordTokenizer":
         """Read a tokenizer written by :meth:`save`."""
         from tokenizers import Tokenizer
 
-        path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"no tokenizer file at {path}")
-        try:
-            payload = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path} is not a valid tokenizer file (bad JSON: {e})") from None
-        if not isinstance(payload, dict) or payload.get("format") != _FORMAT:
-            raise ValueError(f"{path} was not written by SubwordTokenizer.save "
-                             f"(expected format {_FORMAT!r})")
+        payload = _read_json(path, _FORMAT, "tokenizer", "SubwordTokenizer.save")
         hf = Tokenizer.from_str(json.dumps(payload["tokenizer"]))
         return cls(hf, kind=payload["kind"], lowercase=payload.get("lowercase", False))
 
@@ -428,23 +438,11 @@ class WordVocab(_SpecialIds):
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write the vocabulary as JSON (atomically); returns the path."""
-        path = Path(path)
-        with atomic_write(path, "w", encoding="utf-8") as f:
-            json.dump({"format": _WORD_FORMAT, "version": 1, "itos": self.itos}, f, ensure_ascii=False)
-        return path
+        return _write_json(path, {"format": _WORD_FORMAT, "version": 1, "itos": self.itos})
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "WordVocab":
-        path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"no vocabulary file at {path}")
-        try:
-            payload = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path} is not a valid vocabulary file (bad JSON: {e})") from None
-        if not isinstance(payload, dict) or payload.get("format") != _WORD_FORMAT:
-            raise ValueError(f"{path} was not written by WordVocab.save (expected format {_WORD_FORMAT!r})")
-        return cls(payload["itos"])
+        return cls(_read_json(path, _WORD_FORMAT, "vocabulary", "WordVocab.save")["itos"])
 
 
 # ----------------------------------------------------------------------------- padding

@@ -1,0 +1,165 @@
+"""The translation experiment shared by chapters 1 and 3: split, length buckets, BLEU.
+
+Both chapters train on the same Tatoeba pairs and score on the same held-out sentences,
+so that the attention RNN of chapter 1 and the Transformer of chapter 3 are compared on
+equal terms:
+
+* :func:`split_pairs` splits **by source sentence** with a checksum (CRC-32), so the split
+  never changes between runs or machines, and every translation of a held-out sentence is
+  kept as a BLEU reference (none of them is seen in training);
+* :func:`length_buckets` groups the held-out sentences by source length in tokens;
+* :func:`corpus_bleu` is sacreBLEU's corpus BLEU on our own tokenisation, against all the
+  references of each sentence.
+"""
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from lib.text import simple_tokenize
+
+__all__ = ["DEFAULT_BUCKETS", "TranslationSplit", "is_held_out", "split_pairs", "bucket_name",
+           "length_buckets", "corpus_bleu"]
+
+#: Source-length buckets (in tokens, both ends included; ``None``: no upper end).
+DEFAULT_BUCKETS: tuple[tuple[int, int | None], ...] = ((1, 5), (6, 8), (9, 11), (12, 14), (15, None))
+
+Tokenize = Callable[[str], list[str]]
+
+
+def _check_count(name: str, value, minimum: int) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be None or an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def is_held_out(sentence: str, every: int = 10) -> bool:
+    """True for about one source sentence in ``every``, chosen by its CRC-32 checksum.
+
+    The choice depends only on the sentence, so all the pairs that share a source sentence
+    fall on the same side of the split, and the split is the same on every machine.
+    """
+    if not isinstance(sentence, str):
+        raise TypeError(f"sentence must be a str, got {type(sentence).__name__}")
+    if isinstance(every, bool) or not isinstance(every, int) or every < 2:
+        raise ValueError(f"every must be an integer >= 2, got {every!r}")
+    return zlib.crc32(sentence.encode("utf-8")) % every == 0
+
+
+@dataclass
+class TranslationSplit:
+    """Tokenised training pairs and the held-out references of :func:`split_pairs`."""
+
+    train_pairs: list[tuple[list[str], list[str]]]
+    #: held-out source sentence -> all its translations (untokenised), in corpus order
+    references: dict[str, list[str]]
+
+
+def split_pairs(rows: Iterable[Mapping[str, str]], *, tokenize: Tokenize = simple_tokenize,
+                max_tokens: int | None = None, max_train_pairs: int | None = None, seed: int = 0,
+                every: int = 10, src_key: str = "en", tgt_key: str = "other") -> TranslationSplit:
+    """Split translation pairs into tokenised training pairs and held-out references.
+
+    ``rows`` are dicts such as those of :func:`lib.data.load_tatoeba`. A pair is held out
+    when :func:`is_held_out` says so for its source sentence. Training pairs longer than
+    ``max_tokens`` on either side are dropped; ``max_train_pairs`` keeps a random subset
+    (``torch.randperm`` seeded with ``seed``, in that random order) for the small CI recipe.
+    """
+    max_tokens = _check_count("max_tokens", max_tokens, 1)
+    max_train_pairs = _check_count("max_train_pairs", max_train_pairs, 0)
+    train_pairs: list[tuple[list[str], list[str]]] = []
+    references: dict[str, list[str]] = {}
+    for i, row in enumerate(rows):
+        if not isinstance(row, Mapping) or src_key not in row or tgt_key not in row:
+            raise ValueError(f"row {i} must be a mapping with keys {src_key!r} and {tgt_key!r}, got {row!r}")
+        src, tgt = row[src_key], row[tgt_key]
+        if is_held_out(src, every):
+            references.setdefault(src, []).append(tgt)
+            continue
+        s, t = tokenize(src), tokenize(tgt)
+        if max_tokens is None or (len(s) <= max_tokens and len(t) <= max_tokens):
+            train_pairs.append((s, t))
+    if max_train_pairs is not None:
+        order = torch.randperm(len(train_pairs), generator=torch.Generator().manual_seed(seed)).tolist()
+        train_pairs = [train_pairs[i] for i in order[:max_train_pairs]]
+    return TranslationSplit(train_pairs, references)
+
+
+def bucket_name(lo: int, hi: int | None) -> str:
+    """``"6-8"`` for a closed bucket, ``"15+"`` for an open-ended one."""
+    return f"{lo}+" if hi is None else f"{lo}-{hi}"
+
+
+def _check_buckets(buckets) -> list[tuple[int, int | None]]:
+    checked, previous_hi = [], 0
+    for b in buckets:
+        if not (isinstance(b, (tuple, list)) and len(b) == 2):
+            raise ValueError(f"each bucket must be a pair (lo, hi), got {b!r}")
+        lo, hi = b
+        if not isinstance(lo, int) or lo <= previous_hi or (hi is not None and (not isinstance(hi, int) or hi < lo)):
+            raise ValueError(f"buckets must be increasing, non-overlapping (lo, hi) pairs with lo <= hi; "
+                             f"got {list(buckets)!r}")
+        checked.append((lo, hi))
+        previous_hi = hi if hi is not None else float("inf")
+    if not checked:
+        raise ValueError("buckets must not be empty")
+    return checked
+
+
+def length_buckets(references: Mapping[str, Sequence[str]], *, tokenize: Tokenize = simple_tokenize,
+                   buckets: Sequence[tuple[int, int | None]] = DEFAULT_BUCKETS,
+                   per_bucket: int | None = None, seed: int = 1) -> dict[str, list[tuple[str, list[str]]]]:
+    """Group held-out ``(source, references)`` by source length in tokens.
+
+    Returns ``{bucket name: [(source, references), ...]}`` with every bucket in the order
+    of ``buckets`` (possibly empty) and the sentences of a bucket in sorted order. With
+    ``per_bucket``, each bucket keeps a fixed random sample of that many sentences (the
+    same sample on every run for a given ``seed``); sentences outside every bucket are
+    left out.
+    """
+    buckets = _check_buckets(buckets)
+    per_bucket = _check_count("per_bucket", per_bucket, 1)
+    sets: dict[str, list[tuple[str, list[str]]]] = {bucket_name(lo, hi): [] for lo, hi in buckets}
+    for src, refs in sorted(references.items()):
+        if not refs:
+            raise ValueError(f"source sentence {src!r} has no reference translation")
+        n = len(tokenize(src))
+        for lo, hi in buckets:
+            if lo <= n and (hi is None or n <= hi):
+                sets[bucket_name(lo, hi)].append((src, list(refs)))
+                break
+    if per_bucket is not None:
+        for name, items in sets.items():
+            order = torch.randperm(len(items), generator=torch.Generator().manual_seed(seed)).tolist()
+            sets[name] = [items[i] for i in sorted(order[:per_bucket])]
+    return sets
+
+
+def corpus_bleu(hypotheses: Sequence[Sequence[str]], references: Sequence[Sequence[str]], *,
+                tokenize: Tokenize = simple_tokenize) -> float:
+    """Corpus BLEU (0–100) of tokenised ``hypotheses`` against untokenised ``references``.
+
+    ``references[i]`` holds all the reference translations of sentence ``i`` (at least
+    one; sentences may have different numbers of them). References are tokenised with
+    ``tokenize`` and scored by sacreBLEU with ``tokenize="none"``, so hypotheses and
+    references are split into words the same way.
+    """
+    import sacrebleu  # imported here: only the translation chapters need it
+
+    if len(hypotheses) != len(references):
+        raise ValueError(f"got {len(hypotheses)} hypotheses but {len(references)} reference lists")
+    if not hypotheses:
+        raise ValueError("corpus_bleu needs at least one sentence")
+    for i, (hyp, refs) in enumerate(zip(hypotheses, references)):
+        if isinstance(hyp, str):
+            raise TypeError(f"hypothesis {i} must be a list of tokens, got a str: {hyp!r}")
+        if isinstance(refs, str) or not refs:
+            raise ValueError(f"references[{i}] must be a non-empty list of reference strings, got {refs!r}")
+    n_refs = max(len(r) for r in references)
+    streams = [[" ".join(tokenize(r[k])) if k < len(r) else None for r in references] for k in range(n_refs)]
+    return sacrebleu.corpus_bleu([" ".join(h) for h in hypotheses], streams, tokenize="none", force=True).score

@@ -7,6 +7,16 @@ Every chapter starts with::
     print(device.summary())         # one line: device, dtype, recipe, threads
 
 The same notebook then runs unchanged on a laptop CPU and on a GPU.
+
+Several processes (``torchrun``)
+--------------------------------
+A script started with ``torchrun --nproc_per_node=N script.py`` runs N copies of itself;
+torchrun tells each its ``RANK``, ``LOCAL_RANK`` and ``WORLD_SIZE``. ``setup`` then joins
+the process group (NCCL on GPUs, Gloo on CPUs), gives process ``LOCAL_RANK`` its own GPU
+``cuda:LOCAL_RANK``, and seeds every process with the same seed, so the replicas start
+identical. ``lib.train.make_loader`` and ``lib.train.fit`` do the rest (each process
+trains on its share of every batch; gradients are averaged). ``rank()``,
+``world_size()`` and ``is_main_process()`` tell a script which copy it is.
 """
 from __future__ import annotations
 
@@ -20,7 +30,8 @@ import numpy as np
 import torch
 
 __all__ = ["pick_device", "autocast_dtype", "needs_grad_scaler", "autocast", "seed_everything",
-           "setup", "summary", "Precision", "precision"]
+           "setup", "summary", "Precision", "precision", "rank", "world_size", "is_main_process",
+           "torchrun_env"]
 
 
 def pick_device(prefer: str | None = None) -> torch.device:
@@ -118,6 +129,57 @@ def seed_everything(seed: int = 0, deterministic: bool = False) -> None:
 _current: torch.device | None = None
 
 
+def torchrun_env() -> tuple[int, int, int] | None:
+    """``(rank, local_rank, world_size)`` when ``torchrun`` started this process with more than
+    one process in all, else None. Malformed variables raise a ``RuntimeError`` naming them."""
+    raw = {k: os.environ.get(k) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE")}
+    if raw["WORLD_SIZE"] in (None, "", "1"):
+        return None
+    try:
+        r, local, world = (int(raw[k]) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE"))
+    except (TypeError, ValueError):
+        raise RuntimeError(f"WORLD_SIZE={raw['WORLD_SIZE']!r} asks for several processes, but RANK={raw['RANK']!r} "
+                           f"and LOCAL_RANK={raw['LOCAL_RANK']!r} are not both integers: start the script "
+                           "with torchrun") from None
+    if not (0 <= r < world and 0 <= local <= r):
+        raise RuntimeError(f"inconsistent torchrun variables: RANK={r}, LOCAL_RANK={local}, WORLD_SIZE={world}")
+    return r, local, world
+
+
+def _dist_ready() -> bool:
+    return torch.distributed.is_available() and torch.distributed.is_initialized()
+
+
+def world_size() -> int:
+    """How many processes train together (1 without ``torchrun``)."""
+    return torch.distributed.get_world_size() if _dist_ready() else 1
+
+
+def rank() -> int:
+    """This process's rank, 0 to ``world_size() - 1`` (0 without ``torchrun``)."""
+    return torch.distributed.get_rank() if _dist_ready() else 0
+
+
+def is_main_process() -> bool:
+    """True in the process that prints, writes checkpoints and records results (rank 0)."""
+    return rank() == 0
+
+
+def _init_distributed(device: torch.device, local_rank: int) -> torch.device:
+    """Join the process group torchrun set up (once) and return this process's device."""
+    if device.type == "cuda":
+        if local_rank >= torch.cuda.device_count():
+            raise RuntimeError(f"LOCAL_RANK={local_rank} but this machine has {torch.cuda.device_count()} GPU(s): "
+                               "start at most one process per GPU (torchrun --nproc_per_node)")
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+    elif device.type == "mps":
+        raise RuntimeError("several processes (torchrun) are not supported on mps; use one process")
+    if not _dist_ready():
+        torch.distributed.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+    return device
+
+
 def setup(seed: int = 0, deterministic: bool = False, prefer: str | None = None,
           cpu_threads: int | None = None) -> torch.device:
     """Pick the device, seed everything, and remember the device for ``summary()``.
@@ -125,9 +187,15 @@ def setup(seed: int = 0, deterministic: bool = False, prefer: str | None = None,
     ``cpu_threads`` sets PyTorch's intra-op threads when the device is the CPU (None leaves
     PyTorch's default, one per core). Models made of many small sequential steps, such as an
     LSTM over a long sequence, train faster on one thread: each step is too small to split.
+
+    Under ``torchrun`` with several processes it also joins the process group and gives each
+    process its own GPU (see the module docstring); every process gets the same seed.
     """
     global _current
     _current = pick_device(prefer)
+    env = torchrun_env()
+    if env is not None:
+        _current = _init_distributed(_current, env[1])
     if cpu_threads is not None:
         if isinstance(cpu_threads, bool) or not isinstance(cpu_threads, int) or cpu_threads < 1:
             raise ValueError(f"cpu_threads must be a positive int or None, got {cpu_threads!r}")
@@ -149,5 +217,6 @@ def summary(device: torch.device | str | None = None) -> str:
         where = "Apple GPU"
     else:
         where = f"{platform.machine()}, {torch.get_num_threads()} threads"
+    procs = f" | process {rank()} of {world_size()}" if world_size() > 1 else ""
     return (f"device={device.type} ({where}) | precision={precision(device).name} | "
-            f"recipe={config.mode()} | torch {torch.__version__.split('+')[0]}")
+            f"recipe={config.mode()} | torch {torch.__version__.split('+')[0]}{procs}")

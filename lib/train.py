@@ -49,10 +49,26 @@ same history). What makes that true:
 ``lib.device.setup``). The final evaluation after the last step (when it had none) is not in the
 checkpoint, so that resuming never changes the history.
 
-TODO(DDP): under ``torchrun`` the loop would wrap the model in
-``torch.nn.parallel.DistributedDataParallel``, use a ``DistributedSampler`` (``fit`` already
-calls ``set_epoch`` on samplers that have it), reduce the logged metrics across ranks and
-write checkpoints from rank 0 only. Not implemented: every chapter runs on one device.
+Several processes (``torchrun``)
+--------------------------------
+The same script trains data-parallel when started with ``torchrun --nproc_per_node=N``
+(after ``lib.device.setup``, which joins the process group):
+
+* ``make_loader`` gives each process its own share of every epoch (a ``DistributedSampler``
+  seeded with ``seed``; ``fit`` calls its ``set_epoch``), so a batch of ``batch_size`` per
+  process makes a global batch of ``N * batch_size``;
+* ``fit`` copies rank 0's parameters and buffers to every process before the first step, and
+  after every backward pass replaces each gradient by its average over the processes (one
+  all-reduce over all gradients flattened together, before clipping), which is the arithmetic
+  of ``DistributedDataParallel`` without its overlap of communication and computation; ``step_fn``
+  is unchanged and may call any method of the model. With a mean loss and equal batch sizes the
+  update is exactly that of one process on the global batch (``tests/test_train_distributed.py``
+  checks it);
+* the logged training metrics are averaged over the processes (every process must return the
+  same metric names), ``eval_fn`` runs in every process (the replicas are identical), and only
+  rank 0 prints and writes the checkpoint, which holds every process's random states; a resume
+  must use the same number of processes.
+
 """
 from __future__ import annotations
 
@@ -150,7 +166,14 @@ def make_loader(dataset, batch_size: int, shuffle: bool = True, seed: int = 0,
         raise ValueError("shuffle=True needs a map-style dataset (with __getitem__/__len__); an IterableDataset "
                          "decides its own order")
     sampler = None
-    if shuffle:
+    if _device.world_size() > 1:
+        if isinstance(dataset, torch.utils.data.IterableDataset):
+            raise ValueError("under torchrun make_loader needs a map-style dataset (with __getitem__/__len__) to "
+                             "give each process its share; an IterableDataset must split itself by rank")
+        sampler = torch.utils.data.DistributedSampler(dataset, num_replicas=_device.world_size(),
+                                                      rank=_device.rank(), shuffle=shuffle, seed=int(seed),
+                                                      drop_last=drop_last)
+    elif shuffle:
         sampler = torch.utils.data.RandomSampler(dataset, generator=torch.Generator().manual_seed(int(seed)))
     loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, sampler=sampler,
                                          collate_fn=collate_fn, drop_last=drop_last, num_workers=num_workers,
@@ -687,6 +710,49 @@ def _unpack_step(out, step: int) -> tuple[torch.Tensor, dict[str, Any]]:
     return loss, clean
 
 
+def _broadcast_model(model: nn.Module) -> None:
+    """Give every process rank 0's parameters and buffers (what DistributedDataParallel does at start)."""
+    with torch.no_grad():
+        for t in list(model.parameters()) + list(model.buffers()):
+            torch.distributed.broadcast(t.data, src=0)
+
+
+def _average_gradients(model: nn.Module, world: int) -> None:
+    """Replace every gradient by its mean over the processes: one all-reduce of all the gradients
+    flattened together. A parameter that has a gradient in some process gets one in all (zeros
+    where it was unused), so every process steps the same parameters."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        return
+    has_grad = torch.tensor([p.grad is not None for p in params], dtype=torch.float32, device=params[0].device)
+    torch.distributed.all_reduce(has_grad, op=torch.distributed.ReduceOp.MAX)
+    used = [p for p, h in zip(params, has_grad.tolist()) if h]
+    for p in used:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    if not used:
+        return
+    flat = torch.cat([p.grad.reshape(-1) for p in used])
+    torch.distributed.all_reduce(flat)
+    flat /= world
+    offset = 0
+    for p in used:
+        n = p.grad.numel()
+        p.grad.copy_(flat[offset:offset + n].view_as(p.grad))
+        offset += n
+
+
+def _average_metrics(loss_value: float, metrics: dict[str, Any], world: int,
+                     device: torch.device) -> tuple[float, dict[str, Any]]:
+    """The step's loss and numeric metrics averaged over the processes (in sorted name order)."""
+    names = sorted(k for k, v in metrics.items() if isinstance(v, (int, float)))
+    values = torch.tensor([loss_value] + [float(metrics[k]) for k in names], dtype=torch.float64,
+                          device=device if device.type == "cuda" else "cpu")
+    torch.distributed.all_reduce(values)
+    values = (values / world).tolist()
+    return values[0], {**metrics, **dict(zip(names, values[1:]))}
+
+
 def fit(model: nn.Module, train_loader: Iterable, *, optimizer: torch.optim.Optimizer,
         step_fn: Callable[[nn.Module, Any], Any], epochs: int | None = 1, max_steps: int | None = None,
         scheduler: Any = None, clip_grad: float | None = 1.0,
@@ -758,6 +824,9 @@ def fit(model: nn.Module, train_loader: Iterable, *, optimizer: torch.optim.Opti
 
     device = torch.device(device) if device is not None else _model_device(model)
     model.to(device)
+    world, rank = _device.world_size(), _device.rank()
+    if world > 1:
+        _broadcast_model(model)
     prec = _device.precision(device)
     scaler = torch.amp.GradScaler(device.type) if prec.grad_scaler else None
     if seed is None:
@@ -795,7 +864,13 @@ def fit(model: nn.Module, train_loader: Iterable, *, optimizer: torch.optim.Opti
                                   f"or scheduler ({e}); delete it or pass resume=False") from e
         if scaler is not None and payload.get("scaler") is not None:
             scaler.load_state_dict(payload["scaler"])
-        loop_state = loop
+        saved_world = loop.get("world_size", 1)
+        if saved_world != world:
+            raise CheckpointError(f"{checkpoint} was written by a run with {saved_world} process(es), this one has "
+                                  f"{world}: resume with the same number of processes, or pass resume=False")
+        loop_state = dict(loop)
+        if world > 1:
+            loop_state["epoch_rng"] = loop["rank_rng"][rank]["epoch_rng"]
         step, epoch, skip = payload["step"], payload["epoch"], loop["batch_in_epoch"]
         history = History.from_dict(payload["history"])
         window = _Window(loop["window"])
@@ -803,7 +878,7 @@ def fit(model: nn.Module, train_loader: Iterable, *, optimizer: torch.optim.Opti
             warnings.warn(f"resuming with the checkpoint's data seed {loop['seed']} (this call would have used {seed})",
                           stacklevel=2)
         seed = loop["seed"]
-        rng_to_restore = payload["rng"]
+        rng_to_restore = loop["rank_rng"][rank]["rng"] if world > 1 else payload["rng"]
 
     def done() -> bool:
         return (max_steps is not None and step >= max_steps) or (epochs is not None and epoch >= epochs)
@@ -815,12 +890,14 @@ def fit(model: nn.Module, train_loader: Iterable, *, optimizer: torch.optim.Opti
         total = max_steps if total is None else min(total, max_steps)
 
     bar = None
-    if _show_bar(progress) and not done():
+    if _show_bar(progress) and not done() and rank == 0:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=total, initial=step, desc="train", dynamic_ncols=True, leave=True)
 
     def say(line: str) -> None:
+        if rank != 0:
+            return
         if bar is not None:
             bar.write(line)
         elif log_every is not None or progress is False:
@@ -871,10 +948,18 @@ def fit(model: nn.Module, train_loader: Iterable, *, optimizer: torch.optim.Opti
         if checkpoint is None or saved_at == where:
             return
         loop = {"batch_in_epoch": batch_in_epoch, "window": window.state(), "seed": seed, "lr": last_lr,
-                "last_eval_step": last_eval_step, "epoch_rng": epoch_rng}
-        payload = _payload(model, optimizer, scheduler, scaler, step=step, epoch=epoch, history=history,
-                           extra=None, rng=True, loop=loop)
-        _write_checkpoint(checkpoint, payload)
+                "last_eval_step": last_eval_step, "epoch_rng": epoch_rng, "world_size": world}
+        if world > 1:
+            # every process's random states, so that each resumes its own dropout stream
+            states = [None] * world
+            torch.distributed.all_gather_object(states, {"rng": _rng_state(), "epoch_rng": epoch_rng})
+            loop["rank_rng"] = states
+        if rank == 0:
+            payload = _payload(model, optimizer, scheduler, scaler, step=step, epoch=epoch, history=history,
+                               extra=None, rng=True, loop=loop)
+            _write_checkpoint(checkpoint, payload)
+        if world > 1:
+            torch.distributed.barrier()  # the file exists before any process goes on
         saved_at = where
 
     if step > 0 or skip > 0:
@@ -908,11 +993,15 @@ def fit(model: nn.Module, train_loader: Iterable, *, optimizer: torch.optim.Opti
                 with _device.autocast(device):
                     loss, metrics = _unpack_step(step_fn(model, batch), step + 1)
                 loss_value = loss.detach().float().item()
+                if world > 1:  # every process sees the same (averaged) numbers, and stops together
+                    loss_value, metrics = _average_metrics(loss_value, metrics, world, device)
                 if not math.isfinite(loss_value):
                     raise FloatingPointError(f"the loss is {loss_value} at step {step + 1} (epoch {epoch + 1}): "
                                              "training diverged; try a lower learning rate or clip_grad")
                 if scaler is not None:
                     scaler.scale(loss).backward()
+                    if world > 1:
+                        _average_gradients(model, world)
                     if clip_grad is not None:
                         scaler.unscale_(optimizer)
                         torch.nn.utils.clip_grad_norm_(model.parameters(), clip_grad)
@@ -920,6 +1009,8 @@ def fit(model: nn.Module, train_loader: Iterable, *, optimizer: torch.optim.Opti
                     scaler.update()
                 else:
                     loss.backward()
+                    if world > 1:
+                        _average_gradients(model, world)
                     if clip_grad is not None:
                         torch.nn.utils.clip_grad_norm_(model.parameters(), clip_grad)
                     optimizer.step()

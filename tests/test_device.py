@@ -185,3 +185,34 @@ def test_setup_sets_cpu_threads_only_on_the_cpu(monkeypatch):
     finally:
         torch.set_num_threads(before)
         D._current = None
+
+
+def test_torchrun_env_reads_the_variables(monkeypatch):
+    for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(k, raising=False)
+    assert D.torchrun_env() is None                               # a plain python process
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert D.torchrun_env() is None                               # torchrun with one process
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert D.torchrun_env() == (3, 1, 4)
+    assert D.world_size() == 1 and D.rank() == 0 and D.is_main_process()   # no process group joined yet
+
+
+@pytest.mark.parametrize("rank, local, world, match", [
+    (None, "0", "2", "start the script with torchrun"),
+    ("x", "0", "2", "not both integers"),
+    ("2", "0", "2", "inconsistent"),
+    ("1", "2", "2", "inconsistent"),
+])
+def test_torchrun_env_rejects_malformed_variables(monkeypatch, rank, local, world, match):
+    for k, v in (("RANK", rank), ("LOCAL_RANK", local), ("WORLD_SIZE", world)):
+        if v is None:
+            monkeypatch.delenv(k, raising=False)
+        else:
+            monkeypatch.setenv(k, v)
+    with pytest.raises(RuntimeError, match=match):
+        D.torchrun_env()
+    with pytest.raises(RuntimeError, match=match):
+        D.setup(seed=0)                                           # setup fails before touching anything

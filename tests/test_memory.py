@@ -48,6 +48,36 @@ def test_span_penalty_shrinks_unneeded_spans():
     assert (m.spans() < before).all()
 
 
+def test_a_span_pushed_below_zero_can_grow_back():
+    # The penalty (with Adam's momentum) easily pushes a ratio a little below 0. The loss must
+    # still reach it: a clamp inside the graph would give it zero gradient for good.
+    m = AdaptiveSpanMask(num_heads=1, max_span=32, ramp=4)
+    with torch.no_grad():
+        m.span_ratio.fill_(-0.05)
+    T = 8
+    causal = torch.ones(T, T).tril()
+    weights = (causal / causal.sum(-1, keepdim=True))[None, None]          # uniform causal attention
+    opt = torch.optim.SGD(m.parameters(), lr=0.05)
+    for _ in range(20):
+        opt.zero_grad()
+        out = m(weights)
+        loss = -out[0, 0, 7, 4]                                              # wants the key 3 back
+        loss.backward()
+        assert m.span_ratio.grad.abs().sum() > 0, "no gradient reaches a span at 0"
+        opt.step()
+    assert float(m.spans().detach()) > 1.0
+    assert 0.0 <= float(m.span_ratio.detach()) <= 1.0
+
+
+def test_span_ratio_stays_in_range():
+    m = AdaptiveSpanMask(num_heads=2, max_span=10, ramp=2)
+    with torch.no_grad():
+        m.span_ratio.copy_(torch.tensor([-0.5, 1.5]).view(2, 1, 1))
+    assert torch.equal(m.spans(), torch.tensor([0.0, 10.0]))
+    assert torch.equal(m.mask(torch.tensor([0.0, 11.0, 12.0])).reshape(2, 3),
+                       torch.tensor([[1.0, 0.0, 0.0], [1.0, 0.5, 0.0]]))
+
+
 def test_adaptive_model_spans_receive_gradient_from_the_loss():
     torch.manual_seed(0)
     cfg = CharLMConfig(vocab_size=11, block_size=16, d_model=16, num_heads=2, num_layers=1, d_ff=32,

@@ -50,7 +50,12 @@ class AdaptiveSpanMask(nn.Module):
     """The soft span mask m_z(x) = clamp((R + z - x) / R, 0, 1), one learnable z per head.
 
     z is stored as a fraction of ``max_span`` in ``[0, 1]`` (``span_ratio``), so that one
-    learning rate suits every ``max_span``; ``spans() = span_ratio.clamp(0, 1) * max_span``.
+    learning rate suits every ``max_span``; ``spans() = span_ratio * max_span``.
+
+    The ratio is kept in ``[0, 1]`` by clamping its *value* at the start of every ``mask``
+    call (as the authors' code clamps it after each optimizer step), not by a clamp inside the
+    computation: a clamp there has zero gradient outside ``[0, 1]``, so a span that the penalty
+    pushed just below 0 would receive no gradient from the loss again and stay at 0 for good.
     """
 
     def __init__(self, num_heads: int, max_span: int, ramp: int, init_ratio: float = 0.0):
@@ -62,13 +67,19 @@ class AdaptiveSpanMask(nn.Module):
         self.max_span, self.ramp = max_span, ramp
         self.span_ratio = nn.Parameter(torch.full((num_heads, 1, 1), float(init_ratio)))
 
+    def _keep_in_range(self) -> None:
+        with torch.no_grad():
+            self.span_ratio.clamp_(0.0, 1.0)
+
     def spans(self) -> torch.Tensor:
         """The current span z of every head, in tokens, shape ``(num_heads,)``."""
-        return (self.span_ratio.clamp(0, 1) * self.max_span).flatten()
+        self._keep_in_range()
+        return (self.span_ratio * self.max_span).flatten()
 
     def mask(self, distance: torch.Tensor) -> torch.Tensor:
         """m_z(x) for a tensor of distances x, per head: ``(H, *distance.shape)``."""
-        z = self.span_ratio.clamp(0, 1) * self.max_span
+        self._keep_in_range()
+        z = self.span_ratio * self.max_span
         return ((self.ramp + z - distance) / self.ramp).clamp(0, 1)
 
     def forward(self, weights: torch.Tensor) -> torch.Tensor:

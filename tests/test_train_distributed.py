@@ -63,8 +63,7 @@ def test_replicas_stay_identical_and_start_from_rank_0(two_procs):
 
 
 def test_two_processes_equal_one_process_on_the_global_batch(two_procs):
-    torch.manual_seed(100)                               # rank 0's initial weights
-    net = ddp_worker.model(0.0)
+    net = ddp_worker.model(0.0)                          # rank 0's initial weights (this process is rank 0)
     opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
 
     def step_fn(model, batch):

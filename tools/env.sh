@@ -2,6 +2,8 @@
 # shellcheck shell=bash
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export ROOT
+# This checkout's lib first, whichever checkout the venv was installed from.
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 # Real data: ../shared/data beside the checkout is a complete mirror of the datasets.
 if [ -z "${COURSE_DATA_MIRROR:-}" ] && [ -d "$ROOT/../shared/data" ]; then
   COURSE_DATA_MIRROR="$(cd "$ROOT/../shared/data" && pwd)"

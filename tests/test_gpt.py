@@ -17,8 +17,18 @@ def _tokens_and_mask(seed=0):
     mask = torch.ones(4, 13, dtype=torch.bool)
     mask[1, 9:] = False           # right padding of different lengths
     mask[2, 4:] = False
-    mask[3, 1:] = False
+    mask[3, :3] = False           # left padding: these queries have no real key at or before them
     return x, mask
+
+
+def _randomise(hf):
+    """Weights of std 0.3 instead of the reference's 0.02, so that the activations reach the
+    non-linear part of GELU and a wrong activation or layout shows in the logits."""
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.3 + (1.0 if p.dim() == 1 and p.shape[0] == SMALL["n_embd"] else 0.0))
+    return hf
 
 
 def _gpt2_pair():
@@ -27,6 +37,7 @@ def _gpt2_pair():
         vocab_size=SMALL["vocab_size"], n_positions=SMALL["block_size"], n_embd=SMALL["n_embd"],
         n_layer=SMALL["n_layer"], n_head=SMALL["n_head"], resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
         bos_token_id=0, eos_token_id=0)).eval()
+    _randomise(hf)
     cfg = GPTConfig(**SMALL)
     ours = GPT(cfg).eval()
     copy_weights(ours, hf, hf_gpt2_table(cfg), tied=["lm_head.weight"], tied_theirs=["lm_head.weight"])
@@ -39,6 +50,7 @@ def _gpt1_pair():
         vocab_size=SMALL["vocab_size"], n_positions=SMALL["block_size"], n_embd=SMALL["n_embd"],
         n_layer=SMALL["n_layer"], n_head=SMALL["n_head"], resid_pdrop=0.0, embd_pdrop=0.0,
         attn_pdrop=0.0)).eval()
+    _randomise(hf)
     cfg = GPTConfig(**SMALL, norm_first=False)
     ours = GPT(cfg).eval()
     copy_weights(ours, hf, hf_openai_gpt_table(cfg), tied=["lm_head.weight"], tied_theirs=["lm_head.weight"],

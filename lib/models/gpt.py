@@ -224,7 +224,8 @@ class GPT(nn.Module):
                 raise ValueError(f"attention_mask must be bool (batch, time)={(B, T)}, True at real "
                                  f"tokens; got dtype {attention_mask.dtype}, shape {tuple(attention_mask.shape)}")
             # Padding keys are hidden; every position still sees itself, so that no row of the
-            # attention is empty (an empty row is NaN in the fused kernel). Real tokens are
+            # attention is empty (with left padding the first queries would have no key at all,
+            # and not every fused GPU kernel returns zeros for an empty row). Real tokens are
             # unaffected: they see themselves anyway.
             eye = torch.eye(T, dtype=torch.bool, device=idx.device)
             mask = (mask & attention_mask[:, None, None, :]) | eye

@@ -308,7 +308,25 @@ class MultiHeadAttention(nn.Module):
             if x.dim() != 4 or x.shape[1] != self.num_heads or x.shape[-1] != d_head:
                 raise ValueError(f"{name} must be (batch, heads={self.num_heads}, time, d_head={d_head}), "
                                  f"got {tuple(x.shape)}")
-        q = split_heads(self.w_q(query), self.num_heads)
+        return self.attend_heads(split_heads(self.w_q(query), self.num_heads), k, v, mask, fused=fused)
+
+    # -- self-attention with one fused q/k/v projection (GPT-2's ``c_attn``) ------------
+
+    def project_qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Self-attention projections in one matrix product: ``x (B, T, d_model)`` ->
+        ``q, k, v (B, H, T, d_head)``, equal to ``w_q(x)``, ``w_k(x)``, ``w_v(x)`` split into heads."""
+        _check_float("x", x, 3)
+        if x.dim() != 3 or x.shape[-1] != self.d_model:
+            raise ValueError(f"x must be (batch, time, d_model={self.d_model}), got {tuple(x.shape)}")
+        weight = torch.cat([self.w_q.weight, self.w_k.weight, self.w_v.weight])
+        bias = None if self.w_q.bias is None else torch.cat([self.w_q.bias, self.w_k.bias, self.w_v.bias])
+        q, k, v = F.linear(x, weight, bias).split(self.d_model, dim=-1)
+        return split_heads(q, self.num_heads), split_heads(k, self.num_heads), split_heads(v, self.num_heads)
+
+    def attend_heads(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
+                     fused: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Attention of projected queries ``q (B, H, Tq, d_head)`` over ``k, v (B, H, Tk, d_head)``,
+        heads merged and ``w_o`` applied. Returns ``(output (B, Tq, d_model), weights or None)``."""
         p = self.dropout if self.training else 0.0
         if fused:
             _check_mask(mask, torch.Size((q.shape[0], self.num_heads, q.shape[2], k.shape[2])))

@@ -190,3 +190,18 @@ def test_bad_input_is_rejected_with_a_message():
         GPTConfig(n_embd=30, n_head=4)
     with pytest.raises(ValueError, match="attention_mask must be bool"):
         m(torch.zeros(2, 3, dtype=torch.long), attention_mask=torch.ones(2, 3))
+
+
+def test_fused_qkv_projection_equals_the_three_linear_layers():
+    from lib.attention import MultiHeadAttention, split_heads
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(32, 4)
+    x = torch.randn(2, 5, 32)
+    q, k, v = mha.project_qkv(x)
+    for got, layer in ((q, mha.w_q), (k, mha.w_k), (v, mha.w_v)):
+        torch.testing.assert_close(got, split_heads(layer(x), 4))
+    out, _ = mha.attend_heads(q, k, v, mask=torch.ones(5, 5, dtype=torch.bool).tril())
+    ref, _ = mha(x, x, x, mask=torch.ones(5, 5, dtype=torch.bool).tril())
+    torch.testing.assert_close(out, ref)
+    with pytest.raises(ValueError, match="d_model=32"):
+        mha.project_qkv(torch.randn(2, 5, 31))

@@ -19,9 +19,10 @@ GPT-2 also scales the initial weights of the layers that write into the residual
 (the attention output and the MLP's second layer) by ``1/sqrt(N)`` for the ``N = 2 * n_layer``
 residual additions, so that the variance of the stream does not grow with depth.
 
-Attention is :class:`lib.attention.MultiHeadAttention` (separate q, k, v, o projections; the
+Attention is :class:`lib.attention.MultiHeadAttention` (separate q, k, v, o parameters; the
 reference implementations keep q, k, v in one fused ``c_attn`` of width ``3 * n_embd``, which
-the name tables below split). ``fused=True`` (the default) calls
+the name tables below split). Its ``project_qkv`` still computes the three in one matrix
+product, as ``c_attn`` does. ``fused=True`` (the default) calls
 ``F.scaled_dot_product_attention``, the flash / memory-efficient kernels on a GPU.
 
 Interface shared with the other models of the course::
@@ -129,13 +130,13 @@ class Block(nn.Module):
         ``cache`` (a dict, maybe empty) keeps the projected keys and values of every
         position so far, ``(B, H, T_past, d_head)``; it is extended in place. This is
         ``layer_past`` / ``present`` in the original GPT-2 code."""
-        k, v = self.attn.project_kv(x, x)
+        q, k, v = self.attn.project_qkv(x)               # one matrix product, like c_attn
         if cache is not None:
             if "self_k" in cache:
                 k = torch.cat([cache["self_k"], k], dim=2)
                 v = torch.cat([cache["self_v"], v], dim=2)
             cache["self_k"], cache["self_v"] = k, v
-        out, _ = self.attn.attend_projected(x, k, v, mask=mask, fused=fused)
+        out, _ = self.attn.attend_heads(q, k, v, mask=mask, fused=fused)
         return self.drop(out)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, cache: dict | None = None,

@@ -197,3 +197,10 @@ def test_product_key_memory_rejects_bad_arguments():
         ProductKeyMemory(4, 4, n_keys=8, k=9, d_key=4)
     with pytest.raises(ValueError, match="d_key=4"):
         ProductKeyMemory(4, 4, n_keys=8, k=2, d_key=4).search(torch.randn(3, 6))
+
+
+def test_non_embedding_count_leaves_out_the_tied_token_table_and_the_positions():
+    model = CharLM(CharLMConfig(vocab_size=50, block_size=32, d_model=16, num_heads=2, num_layers=1, d_ff=32))
+    assert model.head.weight is model.tok.weight
+    assert model.num_parameters() == sum(p.numel() for p in model.parameters())
+    assert model.num_parameters(exclude_embeddings=True) == model.num_parameters() - 50 * 16 - 32 * 16

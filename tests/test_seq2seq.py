@@ -62,7 +62,7 @@ def test_fixed_context_decoder_has_exactly_the_extra_input_weights():
     att, fixed = make(True), make(False)
     H = att.cfg.hidden_dim
     # the fixed-context GRU reads [emb; c]: 3 gates x H x H more input weights, nothing else differs
-    assert fixed.num_params() - att.num_params() == 3 * H * H
+    assert fixed.num_parameters() - att.num_parameters() == 3 * H * H
 
 
 # ----------------------------------------------------------------------------- learning

@@ -85,14 +85,14 @@ def test_parameter_count_at_base_config_equals_torch(norm_first):
     n_ref = sum(p.numel() for p in ref.parameters())
     assert sum(p.numel() for p in core.parameters()) == n_ref == 44_140_544
     model = Transformer(TransformerConfig(src_vocab_size=100, tgt_vocab_size=120))
-    assert model.num_parameters(include_embeddings=False) == n_ref
+    assert model.num_parameters(exclude_embeddings=True) == n_ref
     assert model.num_parameters() == n_ref + 100 * 512 + 120 * 512 + 120 * 512 + 120
 
 
 def test_shared_embeddings_counted_once():
     m = Transformer(small_cfg(src_vocab_size=40, tgt_vocab_size=40, share_embeddings=True))
     assert m.src_embed.weight is m.tgt_embed.weight is m.generator.weight
-    assert m.num_parameters() == m.num_parameters(include_embeddings=False) + 40 * 32 + 40
+    assert m.num_parameters() == m.num_parameters(exclude_embeddings=True) + 40 * 32 + 40
     t = Transformer(small_cfg(tie_output=True))
     assert t.generator.weight is t.tgt_embed.weight and t.src_embed.weight is not t.tgt_embed.weight
     with pytest.raises(ValueError, match="shared vocabulary"):

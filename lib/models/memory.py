@@ -39,7 +39,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from lib.attention import look_ahead_mask, masked_softmax, merge_heads, split_heads
-from lib.layers import PositionwiseFeedForward, layer_norm
+from lib.layers import PositionwiseFeedForward, layer_norm, num_parameters
 
 __all__ = ["AdaptiveSpanMask", "CausalSelfAttention", "CharLMConfig", "CharLM", "ProductKeyMemory"]
 
@@ -240,10 +240,9 @@ class CharLM(nn.Module):
         return torch.stack([m.penalty() for m in masks]).sum() / (len(masks) * self.cfg.num_heads)
 
     def num_parameters(self, exclude_embeddings: bool = False) -> int:
-        n = sum(p.numel() for p in self.parameters())
-        if exclude_embeddings:
-            n -= self.tok.weight.numel() + self.pos.weight.numel()
-        return n
+        """All parameters; ``exclude_embeddings=True`` leaves out the token table (tied to the
+        output layer) and the position table."""
+        return num_parameters(self, (self.tok, self.pos, self.head) if exclude_embeddings else ())
 
 
 # ----------------------------------------------------------------------------- product keys

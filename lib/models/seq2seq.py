@@ -38,6 +38,7 @@ import torch.nn.functional as F
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from lib.attention import DotAttention, padding_mask
+from lib.layers import num_parameters
 from lib.text import collate_pairs
 from lib.train.loaders import LengthBucketSampler  # re-exported: chapters 1 and 3 use seq2seq.LengthBucketSampler
 
@@ -199,8 +200,11 @@ class Seq2Seq(nn.Module):
         self.encoder = Encoder(cfg)
         self.decoder = LuongDecoder(cfg) if cfg.attention else FixedContextDecoder(cfg)
 
-    def num_params(self) -> int:
-        return sum(p.numel() for p in self.parameters())
+    def num_parameters(self, exclude_embeddings: bool = False) -> int:
+        """All parameters; ``exclude_embeddings=True`` leaves out the source and target embedding
+        tables and the output layer to the target vocabulary."""
+        d = self.decoder
+        return num_parameters(self, (self.encoder.embed, d.embed, d.out) if exclude_embeddings else ())
 
     def encode(self, src: torch.Tensor, src_len: torch.Tensor | None = None) -> Memory:
         _check_ids("src", src)

@@ -46,7 +46,7 @@ norm_first, activation, eps)``: the ``nn.Transformer``-shaped part (no embedding
     from ``cache.length``. Decoding token by token with the cache gives the same logits as
     decoding the full prefix (tested, atol 1e-5).
     ``forward(src, tgt) -> logits`` (padding masks from ``pad_id``, look-ahead mask);
-    ``num_parameters(include_embeddings=True)`` (tied matrices counted once);
+    ``num_parameters(exclude_embeddings=False)`` (tied matrices counted once);
     ``greedy_decode(src, bos_id, eos_id, max_new_tokens=50) -> LongTensor (B, <= max_new_tokens)``
     (KV-cached; tokens after EOS are ``pad_id``);
     ``attention_weights(src, tgt) -> dict`` of per-layer weights ``(B, H, Tq, Tk)`` under
@@ -61,7 +61,7 @@ import torch
 import torch.nn as nn
 
 from lib.attention import MultiHeadAttention, combine_masks, look_ahead_mask
-from lib.layers import PositionalEncoding, PositionwiseFeedForward, ResidualBlock, layer_norm
+from lib.layers import PositionalEncoding, PositionwiseFeedForward, ResidualBlock, layer_norm, num_parameters
 
 __all__ = ["TransformerConfig", "EncoderLayer", "DecoderLayer", "Encoder", "Decoder", "KVCache",
            "TransformerCore", "Transformer", "copy_from_torch_mha", "copy_from_torch_transformer",
@@ -385,14 +385,10 @@ class Transformer(nn.Module):
         logits, _ = self.decode(tgt, memory, src_pad, tgt_key_padding_mask=tgt != self.cfg.pad_id)
         return logits
 
-    def num_parameters(self, include_embeddings: bool = True) -> int:
-        """Trainable parameters, each tied matrix counted once."""
-        params = {id(p): p for p in self.parameters()}
-        if not include_embeddings:
-            for m in (self.src_embed, self.tgt_embed, self.generator):
-                for p in m.parameters():
-                    params.pop(id(p), None)
-        return sum(p.numel() for p in params.values())
+    def num_parameters(self, exclude_embeddings: bool = False) -> int:
+        """All parameters, each tied matrix counted once; ``exclude_embeddings=True`` leaves out the
+        embedding tables and the output projection (what ``torch.nn.Transformer`` does not have)."""
+        return num_parameters(self, (self.src_embed, self.tgt_embed, self.generator) if exclude_embeddings else ())
 
     @torch.no_grad()
     def greedy_decode(self, src: torch.Tensor, bos_id: int, eos_id: int, max_new_tokens: int = 50) -> torch.Tensor:

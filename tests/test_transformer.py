@@ -5,9 +5,9 @@ import torch
 import torch.nn as nn
 
 from lib.attention import MultiHeadAttention, look_ahead_mask
+from lib.models.reference import WeightCopyError, copy_from_torch_mha, copy_from_torch_transformer
 from lib.models.transformer import (DecoderLayer, EncoderLayer, KVCache, Transformer, TransformerConfig,
-                                    TransformerCore, causal_mask_with_offset, copy_from_torch_mha,
-                                    copy_from_torch_transformer)
+                                    TransformerCore, causal_mask_with_offset)
 
 
 pytestmark = pytest.mark.filterwarnings("ignore:enable_nested_tensor is True")
@@ -44,6 +44,19 @@ def test_mha_equals_torch_multihead_attention(self_attention):
     g, = torch.autograd.grad(out.square().sum(), q)
     ref_g, = torch.autograd.grad(ref_out.square().sum(), q)
     torch.testing.assert_close(g, ref_g, atol=1e-5, rtol=1e-4)
+
+
+def test_torch_copies_use_every_weight_exactly_once():
+    with pytest.raises(WeightCopyError, match="our keys with no source.*w_o.bias"):
+        copy_from_torch_mha(MultiHeadAttention(8, 2), nn.MultiheadAttention(8, 2, bias=False))
+    with pytest.raises(WeightCopyError, match="never uses.*bias_k"):
+        copy_from_torch_mha(MultiHeadAttention(8, 2), nn.MultiheadAttention(8, 2, add_bias_kv=True))
+    with pytest.raises(ValueError, match="layer counts differ"):
+        copy_from_torch_transformer(TransformerCore(8, 2, 1, 1, 16), nn.Transformer(8, 2, 1, 2, 16))
+    with pytest.raises(WeightCopyError, match="shape"):
+        copy_from_torch_transformer(TransformerCore(8, 2, 1, 1, 16), nn.Transformer(8, 2, 1, 1, 32))
+    import lib.models.transformer as T
+    assert T.copy_from_torch_mha is copy_from_torch_mha           # the old import path (chapter 3) still works
 
 
 def test_mha_projected_path_equals_forward():

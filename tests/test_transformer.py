@@ -59,6 +59,20 @@ def test_torch_copies_use_every_weight_exactly_once():
     assert T.copy_from_torch_mha is copy_from_torch_mha           # the old import path (chapter 3) still works
 
 
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_transformer_copy_puts_every_layer_norm_in_its_place(norm_first):
+    torch.manual_seed(0)
+    ref = nn.Transformer(16, 2, 2, 2, 32, dropout=0.0, batch_first=True, norm_first=norm_first)
+    with torch.no_grad():                                   # fresh LayerNorms are all alike: make them differ
+        for name, p in ref.named_parameters():
+            if "norm" in name:
+                p.add_(torch.randn_like(p) * 0.3)
+    core = copy_from_torch_transformer(TransformerCore(16, 2, 2, 2, 32, dropout=0.0, norm_first=norm_first), ref)
+    src, tgt = torch.randn(2, 6, 16), torch.randn(2, 4, 16)
+    torch.testing.assert_close(core(src, tgt, tgt_mask=look_ahead_mask(4)),
+                               ref(src, tgt, tgt_mask=~look_ahead_mask(4)), atol=1e-5, rtol=1e-5)
+
+
 def test_mha_projected_path_equals_forward():
     torch.manual_seed(1)
     mha = MultiHeadAttention(16, 4)

@@ -320,7 +320,8 @@ class MultiHeadAttention(nn.Module):
             if x.dim() != 4 or x.shape[1] != self.num_heads or x.shape[-1] != d_head:
                 raise ValueError(f"{name} must be (batch, heads={self.num_heads}, time, d_head={d_head}), "
                                  f"got {tuple(x.shape)}")
-        return self.attend_heads(split_heads(self.w_q(query), self.num_heads), k, v, mask, fused=fused)
+        return self.attend_heads(split_heads(self.w_q(query), self.num_heads), k, v, mask, fused=fused,
+                                 is_causal=is_causal, reweight=reweight)
 
     # -- self-attention with one fused q/k/v projection (GPT-2's ``c_attn``) ------------
 
@@ -336,9 +337,11 @@ class MultiHeadAttention(nn.Module):
         return split_heads(q, self.num_heads), split_heads(k, self.num_heads), split_heads(v, self.num_heads)
 
     def attend_heads(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
-                     fused: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+                     fused: bool = False, is_causal: bool = False,
+                     reweight=None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attention of projected queries ``q (B, H, Tq, d_head)`` over ``k, v (B, H, Tk, d_head)``,
-        heads merged and ``w_o`` applied. Returns ``(output (B, Tq, d_model), weights or None)``."""
+        heads merged and ``w_o`` applied (``mask``, ``is_causal``, ``reweight`` as in ``forward``).
+        Returns ``(output (B, Tq, d_model), weights or None when fused)``."""
         p = self.dropout if self.training else 0.0
         if is_causal:
             mask = combine_masks(mask, look_ahead_mask(q.shape[2], q.device, num_keys=k.shape[2]))

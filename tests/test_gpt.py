@@ -205,3 +205,25 @@ def test_fused_qkv_projection_equals_the_three_linear_layers():
     torch.testing.assert_close(out, ref)
     with pytest.raises(ValueError, match="d_model=32"):
         mha.project_qkv(torch.randn(2, 5, 31))
+
+
+@pytest.mark.parametrize("method,kw", [("greedy", {}),
+                                       ("sample", dict(temperature=0.8, top_k=10, top_p=0.9)),
+                                       ("beam", dict(num_beams=3))])
+def test_lib_generate_gives_the_same_tokens_with_and_without_the_cache(method, kw):
+    from lib import generate as gen
+    torch.manual_seed(0)
+    m = GPT(GPTConfig(**SMALL)).eval()
+    prompt = torch.randint(7, SMALL["vocab_size"], (2, 4), generator=torch.Generator().manual_seed(1))
+    runs = []
+    for use_cache in (True, False):
+        extra = {"generator": torch.Generator().manual_seed(5)} if method == "sample" else {}
+        eos = {"eos_id": 3} if method == "beam" else {"eos_id": None}
+        runs.append(gen.generate(m, prompt, method=method, max_new_tokens=12, use_cache=use_cache,
+                                 **eos, **kw, **extra).tokens)
+    assert torch.equal(runs[0], runs[1])
+    if method == "greedy":      # and greedy is the argmax of a plain forward pass, step by step
+        seq = prompt
+        for _ in range(12):
+            seq = torch.cat([seq, m(seq)[0][:, -1].argmax(-1, keepdim=True)], 1)
+        assert torch.equal(runs[0], seq[:, 4:])

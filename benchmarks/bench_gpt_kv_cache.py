@@ -1,12 +1,12 @@
 """KV-cache decoding of lib's GPT against decoding without a cache, measured in one run.
 
-A GPT of 4 layers, 4 heads, width 256, vocabulary 8192 and 640 positions (random weights:
+A GPT of 4 layers, 4 heads, width 256 and vocabulary 8192 (random weights:
 speed does not depend on what the model learned) continues a 16-token prompt greedily by
-``--new-tokens`` tokens, once feeding only the newest token with the cache
-(``model.decode(token, cache)``) and once feeding the whole sequence at every step
-(``model.decode(sequence)``). Both must give the same tokens. The result is the ratio of the
-two times (goal: at least 5x at 512 new tokens), written to ``results/bench_gpt_kv_cache.json``
-(or ``--out``). The greedy loop is the one ``lib.generate`` runs for a decoder-only model.
+``--new-tokens`` tokens with ``lib.generate.greedy`` (``eos_id=None``: forced length), once with
+``use_cache=True`` (``model.decode(token, cache)``: only the newest token) and once with
+``use_cache=False`` (``model.decode(sequence)``: the whole sequence at every step). Both must give
+the same tokens. The result is the ratio of the two times (goal: at least 5x at 512 new tokens),
+written to ``results/bench_gpt_kv_cache.json`` (or ``--out``).
 
     .venv/bin/python benchmarks/bench_gpt_kv_cache.py            # 128 and 512 new tokens
     .venv/bin/python benchmarks/bench_gpt_kv_cache.py --new-tokens 64 --repeats 1 --out /tmp/b.json
@@ -30,20 +30,13 @@ import torch
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from lib import device  # noqa: E402
+from lib import device, generate  # noqa: E402
 from lib.io import atomic_write  # noqa: E402
 from lib.models.gpt import GPT, GPTConfig  # noqa: E402
 
 
-@torch.no_grad()
 def greedy(model: GPT, prompt: torch.Tensor, new_tokens: int, use_cache: bool) -> torch.Tensor:
-    seq = prompt
-    logits, cache = model.decode(prompt)
-    for _ in range(new_tokens):
-        nxt = logits[:, -1].argmax(-1, keepdim=True)
-        seq = torch.cat([seq, nxt], dim=1)
-        logits, cache = model.decode(nxt, cache) if use_cache else model.decode(seq)
-    return seq[:, prompt.shape[1]:]
+    return generate.greedy(model, prompt, eos_id=None, max_new_tokens=new_tokens, use_cache=use_cache).tokens
 
 
 def timed(fn, repeats: int):
@@ -89,8 +82,9 @@ def main(argv=None) -> dict:
 
     result = {
         "benchmark": "bench_gpt_kv_cache",
-        "what": "greedy continuation of a prompt by a forced number of new tokens, lib GPT.decode with the KV "
-                "cache (newest token only) vs without (whole sequence every step), same model and inputs, same process",
+        "what": "greedy continuation of a prompt by a forced number of new tokens, lib.generate.greedy on lib GPT, "
+                "use_cache=True (newest token only) vs use_cache=False (whole sequence every step), same model "
+                "and inputs, same process",
         "model": {"vocab_size": cfg.vocab_size, "block_size": cfg.block_size, "n_layer": cfg.n_layer,
                   "n_head": cfg.n_head, "n_embd": cfg.n_embd, "parameters": model.num_parameters()},
         "batch_size": args.batch_size, "prompt_len": args.prompt_len, "repeats": args.repeats,

@@ -200,7 +200,8 @@ class GPT(nn.Module):
         if past + idx.shape[1] > self.cfg.block_size:
             raise ValueError(f"positions {past}..{past + idx.shape[1] - 1} exceed block_size="
                              f"{self.cfg.block_size} (the model has no embedding for them)")
-        if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= self.cfg.vocab_size):
+        # (not on a GPU: reading the range back would stall every step; the embedding asserts there)
+        if not idx.is_cuda and (int(idx.min()) < 0 or int(idx.max()) >= self.cfg.vocab_size):
             raise ValueError(f"token ids must be in [0, {self.cfg.vocab_size}), got "
                              f"{int(idx.min())}..{int(idx.max())}")
 

@@ -343,6 +343,10 @@ class MultiHeadAttention(nn.Module):
         heads merged and ``w_o`` applied (``mask``, ``is_causal``, ``reweight`` as in ``forward``).
         Returns ``(output (B, Tq, d_model), weights or None when fused)``."""
         p = self.dropout if self.training else 0.0
+        if fused and is_causal and mask is None and reweight is None and q.shape[2] == k.shape[2]:
+            # no explicit mask: the kernel masks the future itself, so the flash kernels can run
+            out = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
+            return self.w_o(merge_heads(out)), None
         if is_causal:
             mask = combine_masks(mask, look_ahead_mask(q.shape[2], q.device, num_keys=k.shape[2]))
         if fused and reweight is not None:

@@ -136,7 +136,8 @@ class Block(nn.Module):
                 k = torch.cat([cache["self_k"], k], dim=2)
                 v = torch.cat([cache["self_v"], v], dim=2)
             cache["self_k"], cache["self_v"] = k, v
-        out, _ = self.attn.attend_heads(q, k, v, mask=mask, fused=fused)
+        # mask None: plain causal attention (the fused kernel masks the future by itself)
+        out, _ = self.attn.attend_heads(q, k, v, mask=mask, fused=fused, is_causal=mask is None)
         return self.drop(out)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, cache: dict | None = None,
@@ -218,7 +219,9 @@ class GPT(nn.Module):
             raise ValueError(f"cache has {len(cache.layers)} layers, the model {len(self.blocks)}")
         pos = torch.arange(past, past + T, device=idx.device)
         x = self.drop(self.wte(idx) + self.wpe(pos))
-        mask = causal_mask_with_offset(T, past, device=idx.device)          # (T, past + T)
+        # (T, past + T); None when it is the plain causal mask of a fresh sequence, which the
+        # attention then applies itself (the flash kernels need no explicit mask)
+        mask = None if past == 0 and attention_mask is None else causal_mask_with_offset(T, past, device=idx.device)
         if attention_mask is not None:
             if cache is not None:
                 raise ValueError("attention_mask is not supported together with a cache")
@@ -230,7 +233,7 @@ class GPT(nn.Module):
             # and not every fused GPU kernel returns zeros for an empty row). Real tokens are
             # unaffected: they see themselves anyway.
             eye = torch.eye(T, dtype=torch.bool, device=idx.device)
-            mask = (mask & attention_mask[:, None, None, :]) | eye
+            mask = (causal_mask_with_offset(T, 0, device=idx.device) & attention_mask[:, None, None, :]) | eye
         for i, block in enumerate(self.blocks):
             x = block(x, mask, cache.layers[i] if cache is not None else None, fused=fused)
         return self.ln_f(x)

@@ -4,6 +4,7 @@ import pytest
 import torch
 import torch.nn as nn
 
+from lib import generate
 from lib.attention import MultiHeadAttention, look_ahead_mask
 from lib.models.reference import WeightCopyError, copy_from_torch_mha, copy_from_torch_transformer
 from lib.models.transformer import (DecoderLayer, EncoderLayer, KVCache, Transformer, TransformerConfig,
@@ -239,9 +240,9 @@ def test_forward_shapes_and_errors():
         Transformer(dict(src_vocab_size=3))
 
 
-def test_greedy_decode_uses_cache_consistently():
+def test_greedy_decoding_uses_cache_consistently():
     m, src, _ = _model_and_batch(seed=4)
-    out = m.greedy_decode(src, bos_id=2, eos_id=3, max_new_tokens=6)
+    out = generate.greedy(m, src, bos_id=2, eos_id=3, max_new_tokens=6).tokens
     assert out.shape[0] == 3 and out.shape[1] <= 6
     # re-score the greedy output without cache: each token is the argmax given its prefix
     with torch.no_grad():
@@ -279,7 +280,7 @@ def test_tiny_transformer_learns_to_reverse():
         losses.append(loss.item())
     assert losses[-1] < 0.2 * losses[0]
     src = torch.randint(4, 12, (16, 6))
-    out = m.greedy_decode(src, bos_id=2, eos_id=3, max_new_tokens=6)
+    out = generate.greedy(m, src, bos_id=2, eos_id=3, max_new_tokens=6).tokens
     assert (out == src.flip(1)).float().mean() > 0.9
 
 

@@ -44,11 +44,10 @@ norm_first, activation, eps)``: the ``nn.Transformer``-shaped part (no embedding
     -> (logits (B, T, tgt_vocab), cache)``. Without a cache, ``tgt`` is the whole prefix and a
     new cache holding it is returned. With a cache, pass only the NEW tokens: positions continue
     from ``cache.length``. Decoding token by token with the cache gives the same logits as
-    decoding the full prefix (tested, atol 1e-5).
+    decoding the full prefix (tested, atol 1e-5). This is the encoder-decoder side of the
+    protocol ``lib.generate`` decodes with (greedy, beam search, sampling, with or without the cache).
     ``forward(src, tgt) -> logits`` (padding masks from ``pad_id``, look-ahead mask);
     ``num_parameters(exclude_embeddings=False)`` (tied matrices counted once);
-    ``greedy_decode(src, bos_id, eos_id, max_new_tokens=50) -> LongTensor (B, <= max_new_tokens)``
-    (KV-cached; tokens after EOS are ``pad_id``);
     ``attention_weights(src, tgt) -> dict`` of per-layer weights ``(B, H, Tq, Tk)`` under
     ``encoder_self``, ``decoder_self``, ``cross`` (for heatmaps).
 """
@@ -390,29 +389,6 @@ class Transformer(nn.Module):
         """All parameters, each tied matrix counted once; ``exclude_embeddings=True`` leaves out the
         embedding tables and the output projection (what ``torch.nn.Transformer`` does not have)."""
         return num_parameters(self, (self.src_embed, self.tgt_embed, self.generator) if exclude_embeddings else ())
-
-    @torch.no_grad()
-    def greedy_decode(self, src: torch.Tensor, bos_id: int, eos_id: int, max_new_tokens: int = 50) -> torch.Tensor:
-        """Greedy translation with the KV cache; returns the generated ids (no BOS), pad after EOS."""
-        was_training = self.training
-        self.eval()
-        src_pad = src != self.cfg.pad_id
-        memory = self.encode(src, src_pad)
-        B = src.shape[0]
-        token = torch.full((B, 1), bos_id, dtype=torch.long, device=src.device)
-        done = torch.zeros(B, dtype=torch.bool, device=src.device)
-        cache, out = None, []
-        for _ in range(min(max_new_tokens, self.cfg.max_len - 1)):
-            logits, cache = self.decode(token, memory, src_pad, cache=cache)
-            nxt = logits[:, -1].argmax(-1)
-            nxt = torch.where(done, torch.full_like(nxt, self.cfg.pad_id), nxt)
-            out.append(nxt)
-            done |= nxt == eos_id
-            if bool(done.all()):
-                break
-            token = nxt[:, None]
-        self.train(was_training)
-        return torch.stack(out, dim=1) if out else torch.empty(B, 0, dtype=torch.long, device=src.device)
 
     @torch.no_grad()
     def attention_weights(self, src: torch.Tensor, tgt: torch.Tensor) -> dict[str, list[torch.Tensor]]:

@@ -25,10 +25,13 @@ model is follows from whether it has an ``encode`` method.
   prompt says how to start; put ``[BOS]`` in it if the model was trained with one).
 
 In both, ``decode`` returns ``(logits, cache)``; the cache is any object the model gets
-back on the next call. Beam search reorders it through ``cache.reorder(index)`` (as
-:class:`lib.models.transformer.KVCache` has), else ``model.reorder_cache(cache, index)``,
-else by selecting rows of every tensor inside it (:func:`reorder_cache`). A ``cache.length``
-property (positions cached so far) is part of the protocol for the models' own use.
+back on the next call. Beam search reorders it with ``model.reorder_cache(cache, index)``
+if the model has one, else ``cache.reorder(index)`` (as
+:class:`lib.models.transformer.KVCache` has), else by selecting rows of every tensor inside
+it (:func:`reorder_cache`). A ``cache.length`` property (positions cached so far) is part of
+the protocol for the models' own use. When ``model.cfg.max_len`` exists, decoding that would
+need more positions (decoder-only: the prompt and the new tokens) raises a ``ValueError``
+before anything runs.
 
 Every function takes ``use_cache``:
 

@@ -409,13 +409,18 @@ def test_sandbox_hides_files_network_and_kills_tree(tmp_path):
             "lib": "import lib",
             "network": "import socket; socket.create_connection(('1.1.1.1', 53), timeout=2)",
             "write_etc": "open('/etc/attack', 'w')",
-            "write_outside": f"open({str(tmp_path / 'outside.txt')!r}, 'w')",
+            "write_checkout": f"open({str(ROOT / 'attack.txt')!r}, 'w')",
         }
         for what, code in probes.items():
             r = k.execute(code, 20)
             assert r.status == "error", (what, r)
-        r = k.execute("open('inside.txt', 'w').write('ok'); import os; print(sorted(os.listdir('/proc'))[:0])", 20)
+        r = k.execute("open('inside.txt', 'w').write('ok')", 20)
         assert r.status == "ok" and (box / "work" / "inside.txt").read_text() == "ok"
+        # the sandbox's /tmp is private: a write next to its box lands there, not on the host
+        r = k.execute(f"open({str(tmp_path / 'outside.txt')!r}, 'w').write('x')", 20)
+        assert not (tmp_path / "outside.txt").exists()
+        r = k.execute("import os; print(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))", 20)
+        assert r.status == "ok" and max(eval(r.stdout.strip())) < 100, "the sandbox sees the host's processes"
         r = k.execute("import subprocess; subprocess.Popen(['/bin/sh', '-c', 'sleep 300', '" + MARKER + "'], "
                       "start_new_session=True)", 20)
         assert r.status == "ok" and _marker_processes(), "the child should be running while the kernel lives"
@@ -423,7 +428,7 @@ def test_sandbox_hides_files_network_and_kills_tree(tmp_path):
         k.kill()
     assert k.ns and E.processes_in_ns(k.ns) == []
     assert _marker_processes() == []
-    assert not (tmp_path / "outside.txt").exists()
+    assert not (ROOT / "attack.txt").exists()
 
 
 def test_sanitize_drops_only_otter_calls():

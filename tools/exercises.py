@@ -388,7 +388,10 @@ def _children(pid: int) -> list[int]:
 
 
 def processes_in_ns(ns: str) -> list[int]:
-    """Host PIDs of the live processes in the PID namespace ``ns`` (as read from /proc/PID/ns/pid)."""
+    """Host PIDs of the live processes in the PID namespace ``ns`` (as read from /proc/PID/ns/pid).
+    Never the grader's own namespace: these processes get killed."""
+    if not ns or ns == _pid_ns(os.getpid()):
+        raise RuntimeError(f"refusing to treat the grader's own PID namespace {ns!r} as a sandbox")
     return [int(d) for d in os.listdir("/proc") if d.isdigit() and _pid_ns(int(d)) == ns]
 
 
@@ -465,12 +468,18 @@ class Kernel:
             for _ in range(50):
                 kids = _children(outer)
                 if kids:
-                    self.ns = _pid_ns(kids[0])
+                    ns = _pid_ns(kids[0])
+                    # a sandbox has its own PID namespace; anything else is never recorded (kill()
+                    # SIGKILLs every process of a recorded namespace)
+                    self.ns = ns if ns and ns != _pid_ns(os.getpid()) else None
                     break
                 time.sleep(0.02)
-        if self.ns:
-            with _SANDBOXES_LOCK:
-                _SANDBOXES.add(self.ns)
+        if not self.ns:
+            with contextlib.suppress(Exception):
+                self.km.shutdown_kernel(now=True)
+            raise SandboxUnavailable("the kernel did not start in a PID namespace of its own (bwrap failed?)")
+        with _SANDBOXES_LOCK:
+            _SANDBOXES.add(self.ns)
         self.kc = self.km.client()
         self.kc.start_channels()
         try:

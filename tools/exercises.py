@@ -6,9 +6,11 @@
     python tools/exercises.py grade SUBMISSIONS_DIR --autograder ZIP [--timeout S] [--out grades.csv]
 
 No Docker, no PDFs, no network. Grading drives a Jupyter kernel cell by cell (per-cell time limit,
-interrupt then kill, replay without a cell that killed the kernel) and runs each question's
-otter test file (``otter.test_files``) in its own execution, so one broken question costs only
-its own points.
+interrupt then kill, replay without a cell that killed the kernel). The kernel runs in a bubblewrap
+sandbox (no network, read-only system + Python only, its own temporary folder, its own PID
+namespace killed when its grading ends). Each question's otter test file (``otter.test_files``)
+runs in the grader, with the notebook's names fetched as data or proxies, so tests, expected values
+and verdicts never enter the student's process; one broken question costs only its own points.
 """
 from __future__ import annotations
 

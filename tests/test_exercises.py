@@ -436,3 +436,13 @@ def test_sanitize_drops_only_otter_calls():
     out = E._sanitize(src).splitlines()
     assert out[2] == "x = 1" and out[4] == "print(x)"
     assert all("removed by the grader" in out[i] for i in (0, 1, 3)) and out[3].startswith("  pass")
+
+
+def test_grader_never_kills_its_own_pid_namespace():
+    """kill() SIGKILLs every process of a sandbox's PID namespace: the grader's own must be refused."""
+    import os
+    own = E._pid_ns(os.getpid())
+    with pytest.raises(RuntimeError, match="own PID namespace"):
+        E.processes_in_ns(own)
+    with pytest.raises(RuntimeError):
+        E.processes_in_ns("")

@@ -21,6 +21,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from lib.validate import check_callable, check_tensor
+
 __all__ = [
     "padding_mask", "padding_mask_from_tokens", "look_ahead_mask", "combine_masks",
     "masked_softmax", "attend", "dot_scores", "DotAttention", "GeneralAttention",
@@ -32,12 +34,7 @@ __all__ = [
 # ----------------------------------------------------------------------------- checks
 
 def _check_float(name: str, x: torch.Tensor, min_dim: int) -> None:
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if not x.is_floating_point():
-        raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
-    if x.dim() < min_dim:
-        raise ValueError(f"{name} must have at least {min_dim} dimensions, got shape {tuple(x.shape)}")
+    check_tensor(name, x, dtype="float", min_dim=min_dim)
 
 
 def _check_mask(mask: torch.Tensor | None, scores_shape: torch.Size) -> torch.Tensor | None:
@@ -78,11 +75,17 @@ def padding_mask_from_tokens(tokens: torch.Tensor, pad_id: int) -> torch.Tensor:
     return tokens != pad_id
 
 
-def look_ahead_mask(size: int, device: torch.device | str | None = None) -> torch.Tensor:
-    """``(size, size)`` bool, True on and below the diagonal: position i sees 0..i."""
+def look_ahead_mask(size: int, device: torch.device | str | None = None, num_keys: int | None = None) -> torch.Tensor:
+    """``(size, size)`` bool, True on and below the diagonal: position i sees 0..i.
+
+    With ``num_keys`` (>= ``size``): ``(size, num_keys)`` for queries that are the *last* ``size``
+    of ``num_keys`` positions (decoding with a KV cache): query i sees keys 0..num_keys - size + i."""
     if size < 1:
         raise ValueError(f"size must be positive, got {size}")
-    return torch.ones(size, size, dtype=torch.bool, device=device).tril()
+    num_keys = size if num_keys is None else num_keys
+    if num_keys < size:
+        raise ValueError(f"num_keys={num_keys} must be >= size={size} (the queries are the last positions)")
+    return torch.ones(size, num_keys, dtype=torch.bool, device=device).tril(diagonal=num_keys - size)
 
 
 def combine_masks(*masks: torch.Tensor | None) -> torch.Tensor | None:
@@ -210,12 +213,14 @@ class AdditiveAttention(_ScoreAttention):
 
 def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                                  mask: torch.Tensor | None = None, dropout_p: float = 0.0,
-                                 training: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+                                 training: bool = False, reweight=None) -> tuple[torch.Tensor, torch.Tensor]:
     """softmax(q kᵀ / sqrt(d_k)) v, returning ``(output, weights)``.
 
     ``q (..., Tq, d_k)``, ``k (..., Tk, d_k)``, ``v (..., Tk, d_v)``; ``mask`` bool,
-    broadcastable to ``(..., Tq, Tk)``, True = may attend.
+    broadcastable to ``(..., Tq, Tk)``, True = may attend. ``reweight``: a function applied to
+    the weights after the softmax and before dropout (e.g. an adaptive-span mask).
     """
+    check_callable("reweight", reweight, allow_none=True)
     for name, x in (("q", q), ("k", k), ("v", v)):
         _check_float(name, x, 2)
     if q.shape[-1] != k.shape[-1]:
@@ -226,6 +231,8 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
         raise TypeError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
     weights = masked_softmax(scores, mask)
+    if reweight is not None:
+        weights = reweight(weights)
     if dropout_p > 0.0 and training:
         weights = F.dropout(weights, p=dropout_p)
     return weights @ v, weights
@@ -253,6 +260,10 @@ class MultiHeadAttention(nn.Module):
     (a ``(B, Tk)`` padding mask or a ``(Tq, Tk)`` look-ahead mask both work).
     Returns ``(output (B, Tq, d_model), weights (B, H, Tq, Tk))``.
 
+    ``is_causal=True`` adds the look-ahead mask (the queries are the last ``Tq`` of the ``Tk``
+    positions, so it also holds for one new query over a KV cache). ``reweight(weights)`` changes
+    the weights after the softmax, before dropout (an adaptive span, ``lib.models.memory``).
+
     ``fused=True`` calls ``F.scaled_dot_product_attention`` (flash / memory-efficient
     kernels on GPU); it does not return weights.
     """
@@ -269,7 +280,8 @@ class MultiHeadAttention(nn.Module):
 
     def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                 mask: torch.Tensor | None = None, key_padding_mask: torch.Tensor | None = None,
-                fused: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+                fused: bool = False, is_causal: bool = False,
+                reweight=None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``key_padding_mask (B, Tk)`` True at real tokens; ``mask`` broadcastable to (B, H, Tq, Tk)."""
         k, v = self.project_kv(key, value)
         if key_padding_mask is not None:
@@ -277,7 +289,7 @@ class MultiHeadAttention(nn.Module):
                 raise ValueError(f"key_padding_mask must be (batch, T_key)={tuple(key.shape[:2])}, "
                                  f"got {tuple(key_padding_mask.shape)}")
             mask = combine_masks(mask, key_padding_mask[:, None, None, :])
-        return self.attend_projected(query, k, v, mask, fused=fused)
+        return self.attend_projected(query, k, v, mask, fused=fused, is_causal=is_causal, reweight=reweight)
 
     # -- incremental decoding (KV cache) ------------------------------------------------
     # ``forward`` above is ``attend_projected(query, *project_kv(key, value), mask)``.
@@ -293,8 +305,8 @@ class MultiHeadAttention(nn.Module):
         return split_heads(self.w_k(key), self.num_heads), split_heads(self.w_v(value), self.num_heads)
 
     def attend_projected(self, query: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                         mask: torch.Tensor | None = None,
-                         fused: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+                         mask: torch.Tensor | None = None, fused: bool = False, is_causal: bool = False,
+                         reweight=None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attention of ``query (B, Tq, d_model)`` over already projected ``k, v (B, H, Tk, d_head)``.
 
         ``mask`` bool, broadcastable to ``(B, H, Tq, Tk)``, True = may attend.
@@ -310,10 +322,15 @@ class MultiHeadAttention(nn.Module):
                                  f"got {tuple(x.shape)}")
         q = split_heads(self.w_q(query), self.num_heads)
         p = self.dropout if self.training else 0.0
+        if is_causal:
+            mask = combine_masks(mask, look_ahead_mask(q.shape[2], q.device, num_keys=k.shape[2]))
+        if fused and reweight is not None:
+            raise ValueError("reweight needs the attention weights, which fused=True never forms; use fused=False")
         if fused:
             _check_mask(mask, torch.Size((q.shape[0], self.num_heads, q.shape[2], k.shape[2])))
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
             weights = None
         else:
-            out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=p, training=self.training)
+            out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=p, training=self.training,
+                                                        reweight=reweight)
         return self.w_o(merge_heads(out)), weights

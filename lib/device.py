@@ -31,7 +31,7 @@ import torch
 
 __all__ = ["pick_device", "autocast_dtype", "needs_grad_scaler", "autocast", "seed_everything",
            "setup", "summary", "Precision", "precision", "rank", "world_size", "is_main_process",
-           "torchrun_env"]
+           "torchrun_env", "default_cpu_threads"]
 
 
 def pick_device(prefer: str | None = None) -> torch.device:
@@ -180,13 +180,45 @@ def _init_distributed(device: torch.device, local_rank: int) -> torch.device:
     return device
 
 
+def _positive_int(name: str, value) -> int:
+    try:
+        n = int(value)
+    except (TypeError, ValueError):
+        n = 0
+    if isinstance(value, bool) or n < 1 or str(value).strip() != str(n):
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return n
+
+
+def default_cpu_threads() -> int:
+    """The number of PyTorch intra-op threads every chapter uses on a CPU: the one thread policy.
+
+    In order: ``COURSE_CPU_THREADS`` if set; else ``OMP_NUM_THREADS`` if set (``torchrun``
+    sets it to 1 per process); else half the cores this process may use, at least 1 (one
+    thread on the 2-core CI machine). Why not one thread per core, PyTorch's default: every
+    operator then splits its work across all cores and waits at a barrier for the slowest
+    part. When another process holds one of the cores, the thread on that core runs only
+    when the scheduler gives it a turn, and every operator of a small model waits for it:
+    ``benchmarks/bench_threads.py`` measures the slowdown. Leaving cores free costs little
+    for the course's small models (their operators are too small to split well) and keeps
+    the chapters steady on a shared machine.
+    """
+    for name in ("COURSE_CPU_THREADS", "OMP_NUM_THREADS"):
+        if os.environ.get(name, "").strip():
+            return _positive_int(name, os.environ[name].strip())
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores // 2)
+
+
 def setup(seed: int = 0, deterministic: bool = False, prefer: str | None = None,
           cpu_threads: int | None = None) -> torch.device:
     """Pick the device, seed everything, and remember the device for ``summary()``.
 
-    ``cpu_threads`` sets PyTorch's intra-op threads when the device is the CPU (None leaves
-    PyTorch's default, one per core). Models made of many small sequential steps, such as an
-    LSTM over a long sequence, train faster on one thread: each step is too small to split.
+    On the CPU it sets PyTorch's intra-op threads to ``cpu_threads``, or when None to
+    :func:`default_cpu_threads` (the course's one policy: half the cores, one on the 2-core
+    CI machine; ``COURSE_CPU_THREADS`` overrides it). Models made of many small sequential
+    steps, such as an LSTM over a long sequence, train fastest on one thread: each step is
+    too small to split.
 
     Under ``torchrun`` with several processes it also joins the process group and gives each
     process its own GPU (see the module docstring); every process gets the same seed.
@@ -199,8 +231,8 @@ def setup(seed: int = 0, deterministic: bool = False, prefer: str | None = None,
     if cpu_threads is not None:
         if isinstance(cpu_threads, bool) or not isinstance(cpu_threads, int) or cpu_threads < 1:
             raise ValueError(f"cpu_threads must be a positive int or None, got {cpu_threads!r}")
-        if _current.type == "cpu":
-            torch.set_num_threads(cpu_threads)
+    if _current.type == "cpu":
+        torch.set_num_threads(cpu_threads if cpu_threads is not None else default_cpu_threads())
     seed_everything(seed, deterministic)
     return _current
 

@@ -19,6 +19,9 @@ Interface
     pre-LN (norm_first):  ``x + dropout(sublayer(norm(x)))``.
     The block owns its ``LayerNorm`` (``.norm``).
 ``layer_norm(d_model, eps=1e-5) -> nn.LayerNorm``  (the LayerNorm every model in ``lib`` uses).
+``num_parameters(module, exclude=()) -> int``
+    The parameter count behind every model's ``num_parameters(exclude_embeddings=False)``: a
+    tensor shared by several modules (tied weights) counts once; ``exclude`` leaves modules out.
 
 The dropout placement and the LayerNorm epsilon follow ``torch.nn.Transformer`` so that
 ``lib.models.transformer`` can be checked against it with weights copied in.
@@ -26,14 +29,14 @@ The dropout placement and the LayerNorm epsilon follow ``torch.nn.Transformer`` 
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Callable, Iterable
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 __all__ = ["sinusoidal_positional_encoding", "shift_matrix", "PositionalEncoding",
-           "PositionwiseFeedForward", "ResidualBlock", "layer_norm", "ACTIVATIONS"]
+           "PositionwiseFeedForward", "ResidualBlock", "layer_norm", "num_parameters", "ACTIVATIONS"]
 
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"relu": F.relu, "gelu": F.gelu}
 
@@ -163,3 +166,16 @@ class ResidualBlock(nn.Module):
         if self.norm_first:
             return x + self.dropout(sublayer(self.norm(x)))
         return self.norm(x + self.dropout(sublayer(x)))
+
+
+def num_parameters(module: nn.Module, exclude: Iterable[nn.Module] = ()) -> int:
+    """The number of parameters of ``module`` (trainable or not), a tensor shared by several
+    submodules (tied weights) counted once, leaving out every parameter of the modules in ``exclude``.
+
+    Every model in ``lib.models`` has ``num_parameters(exclude_embeddings=False)``, which calls this
+    with its embedding tables (and the output projection to the vocabulary, often tied to one) as
+    ``exclude`` when ``exclude_embeddings=True``."""
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
+    skip = {id(p) for m in exclude for p in m.parameters()}
+    return sum(p.numel() for p in module.parameters() if id(p) not in skip)

@@ -1,5 +1,6 @@
 """Plots for the course: training curves, attention heatmaps, positional encodings,
-and token highlighting in HTML.
+token highlighting in HTML, and the source of the ``lib`` code a chapter runs
+(:func:`show_code`).
 
 Importing this module registers the NanumGothic font that the ``koreanize-matplotlib``
 wheel ships (without importing that package, which would restyle matplotlib) and sets
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import html
 import importlib.util
+import inspect
 import math
 import warnings
 from collections.abc import Mapping, Sequence
@@ -24,7 +26,7 @@ import numpy as np
 from matplotlib import font_manager
 
 __all__ = ["korean_font", "korean_font_path", "setup_fonts", "plot_history", "attention_heatmap",
-           "plot_positional_encoding", "color_text_html", "show_html"]
+           "plot_positional_encoding", "color_text_html", "show_html", "show_code", "SourceCode"]
 
 KOREAN_FONT_NAME = "NanumGothic"
 LATIN_FONT_NAME = "DejaVu Sans"  # ships with matplotlib, so it is always there
@@ -289,3 +291,84 @@ def show_html(html_text: str):
     obj = HTML(html_text)
     display(obj)
     return obj
+
+
+# ----------------------------------------------------------------------------- source code
+
+_REPO = Path(__file__).resolve().parent.parent
+
+
+class SourceCode:
+    """The source of one or more functions, classes or modules, with file and line numbers.
+
+    A Jupyter display object: in a notebook (and in the Jupyter Book page, which renders the
+    stored ``text/html`` output) it shows each piece as syntax-highlighted code under a
+    heading ``lib/models/transformer.py, lines 131-156``, the line numbers being those of the
+    file. ``_repr_markdown_`` gives the same as Markdown code blocks and ``repr`` as plain
+    text, for front ends without HTML. ``parts`` holds ``(name, path, first_line, source)``.
+    """
+
+    def __init__(self, parts: list[tuple[str, str, int, str]]):
+        self.parts = parts
+
+    @staticmethod
+    def _title(name: str, path: str, first: int, source: str) -> str:
+        last = first + source.count("\n") - (1 if source.endswith("\n") else 0)
+        return f"{path}, lines {first}-{last}: {name}"
+
+    def _repr_html_(self) -> str:
+        from pygments import highlight
+        from pygments.formatters import HtmlFormatter
+        from pygments.lexers import PythonLexer
+
+        blocks = []
+        for name, path, first, source in self.parts:
+            code = highlight(source, PythonLexer(), HtmlFormatter(noclasses=True, linenos="inline",
+                                                                   linenostart=first, style="friendly"))
+            blocks.append('<div class="lib-source" style="margin: 0.6em 0">'
+                          f'<div style="font-family: monospace; font-size: 0.85em; color: #555">'
+                          f'{html.escape(self._title(name, path, first, source))}</div>'
+                          f'<div style="overflow-x: auto; font-size: 0.85em">{code}</div></div>')
+        return "\n".join(blocks)
+
+    def _repr_markdown_(self) -> str:
+        return "\n\n".join(f"`{self._title(*part)}`\n\n```python\n{part[3].rstrip()}\n```"
+                            for part in self.parts)
+
+    def __repr__(self) -> str:
+        out = []
+        for name, path, first, source in self.parts:
+            lines = source.rstrip("\n").split("\n")
+            width = len(str(first + len(lines) - 1))
+            out.append(f"# {self._title(name, path, first, source)}\n" +
+                       "\n".join(f"{first + i:>{width}}  {line}" for i, line in enumerate(lines)))
+        return "\n\n".join(out)
+
+
+def show_code(*objs) -> SourceCode:
+    """The source code of ``objs`` (functions, classes, methods, modules), for a chapter to
+    show the real ``lib`` code it runs. Put it last in a cell (or pass it to ``display``)::
+
+        viz.show_code(transformer.EncoderLayer, transformer.DecoderLayer)
+
+    Paths inside this repository are given relative to it (``lib/generate.py``). An object
+    whose source cannot be found (a built-in, an instance) raises a ``TypeError``.
+    """
+    if not objs:
+        raise TypeError("show_code needs at least one function, class, method or module")
+    parts = []
+    for obj in objs:
+        target = inspect.unwrap(obj) if callable(obj) else obj
+        try:
+            lines, first = inspect.getsourcelines(target)
+            path = Path(inspect.getsourcefile(target) or inspect.getfile(target)).resolve()
+        except (TypeError, OSError) as err:
+            raise TypeError(f"show_code needs a function, class, method or module defined in a Python "
+                            f"file; no source for {obj!r} ({err})") from None
+        try:
+            shown = path.relative_to(_REPO).as_posix()
+        except ValueError:
+            shown = str(path)
+        name = getattr(target, "__qualname__", None) or getattr(target, "__name__", repr(obj))
+        parts.append((name, shown, max(first, 1), "".join(lines)))
+    return SourceCode(parts)

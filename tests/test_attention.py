@@ -358,3 +358,35 @@ def test_gradients_flow_through_every_parameter():
         assert p.grad is not None and p.grad.abs().sum() > 0, name
     assert torch.all(k.grad[1, 3:] == 0.0)                          # masked keys: no gradient
     assert q.grad.abs().sum() > 0
+
+
+def test_is_causal_equals_an_explicit_look_ahead_mask_also_over_a_cache():
+    torch.manual_seed(0)
+    mha = A.MultiHeadAttention(8, 2).eval()
+    x = torch.randn(2, 5, 8)
+    causal, w = mha(x, x, x, is_causal=True)
+    explicit, _ = mha(x, x, x, mask=A.look_ahead_mask(5))
+    torch.testing.assert_close(causal, explicit)
+    assert (w[..., ~A.look_ahead_mask(5)] == 0).all()
+    last, _ = mha(x[:, -2:], x, x, is_causal=True)             # the last two queries over all five keys
+    torch.testing.assert_close(last, causal[:, -2:])
+    fused, _ = mha(x, x, x, is_causal=True, fused=True)
+    torch.testing.assert_close(fused, causal)
+    assert A.look_ahead_mask(2, num_keys=4).tolist() == [[True, True, True, False], [True, True, True, True]]
+    with pytest.raises(ValueError, match="num_keys=1 must be >= size=2"):
+        A.look_ahead_mask(2, num_keys=1)
+
+
+def test_reweight_changes_the_weights_after_the_softmax():
+    torch.manual_seed(0)
+    mha = A.MultiHeadAttention(8, 2).eval()
+    x = torch.randn(2, 4, 8)
+    first_only = lambda w: torch.zeros_like(w).index_fill(-1, torch.tensor([0]), 1.0)  # noqa: E731
+    out, w = mha(x, x, x, reweight=first_only)
+    assert (w[..., 0] == 1).all() and (w[..., 1:] == 0).all()
+    v = mha.w_v(x[:, :1])                                      # every query reads the first value only
+    torch.testing.assert_close(out, mha.w_o(v).expand(-1, 4, -1))
+    with pytest.raises(ValueError, match="fused=True"):
+        mha(x, x, x, reweight=first_only, fused=True)
+    with pytest.raises(TypeError, match="reweight must be callable"):
+        mha(x, x, x, reweight=3)

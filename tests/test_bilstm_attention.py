@@ -4,8 +4,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from lib.models.bilstm_attention import (BiLSTM, BiLSTMAttentionClassifier, BiLSTMConfig,
-                                         count_parameters, reverse_padded)
+from lib.layers import num_parameters
+from lib.models.bilstm_attention import BiLSTM, BiLSTMAttentionClassifier, BiLSTMConfig, reverse_padded
 
 
 def small_config(**kw):
@@ -78,7 +78,8 @@ def test_baseline_has_no_attention_and_reads_the_final_states():
     _, query = model.bilstm(model.embedding(tokens), lengths)
     torch.testing.assert_close(logits, model.head(query).squeeze(-1))
     attn = BiLSTMAttentionClassifier(small_config())
-    assert count_parameters(attn) - count_parameters(model) == count_parameters(attn.attention)
+    assert attn.num_parameters() - model.num_parameters() == num_parameters(attn.attention)
+    assert model.num_parameters(exclude_embeddings=True) == model.num_parameters() - 50 * 16
 
 
 @pytest.mark.parametrize("attention", [True, False])
@@ -138,6 +139,6 @@ def test_single_layer_and_paper_sizes():
     model = BiLSTMAttentionClassifier(cfg)
     lstm1 = 2 * 4 * 64 * (128 + 64 + 2)       # two directions, four gates, two biases
     lstm2 = 2 * 4 * 64 * (128 + 64 + 2)       # input 2 x 64 = 128
-    assert count_parameters(model.bilstm) == lstm1 + lstm2
-    assert count_parameters(model.embedding) == 10_007 * 128
-    assert count_parameters(model.attention) == 128 * 64 * 2 + 64
+    assert num_parameters(model.bilstm) == lstm1 + lstm2
+    assert num_parameters(model.embedding) == 10_007 * 128
+    assert num_parameters(model.attention) == 128 * 64 * 2 + 64

@@ -187,6 +187,45 @@ def test_setup_sets_cpu_threads_only_on_the_cpu(monkeypatch):
         D._current = None
 
 
+@pytest.mark.parametrize("cores, expected", [(1, 1), (2, 1), (3, 1), (4, 2), (16, 8)])
+def test_default_cpu_threads_is_half_the_usable_cores(monkeypatch, cores, expected):
+    monkeypatch.delenv("COURSE_CPU_THREADS", raising=False)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)), raising=False)
+    assert D.default_cpu_threads() == expected
+
+
+def test_default_cpu_threads_follows_the_environment(monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    monkeypatch.delenv("COURSE_CPU_THREADS", raising=False)
+    assert D.default_cpu_threads() == 3                 # e.g. torchrun's one thread per process
+    monkeypatch.setenv("COURSE_CPU_THREADS", "2")
+    assert D.default_cpu_threads() == 2                 # the course's own switch wins
+    for bad in ("0", "two", "1.5", "-1"):
+        monkeypatch.setenv("COURSE_CPU_THREADS", bad)
+        with pytest.raises(ValueError, match="COURSE_CPU_THREADS"):
+            D.default_cpu_threads()
+
+
+def test_setup_applies_the_thread_policy_on_the_cpu(monkeypatch, restore_determinism):
+    before = torch.get_num_threads()
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setenv("COURSE_CPU_THREADS", "1")
+    try:
+        torch.set_num_threads(2)
+        D.setup(seed=0, prefer="cpu")
+        assert torch.get_num_threads() == 1
+        monkeypatch.setenv("COURSE_CPU_THREADS", "2")
+        D.setup(seed=0, prefer="cpu")
+        assert torch.get_num_threads() == 2
+        D.setup(seed=0, prefer="cpu", cpu_threads=1)    # an explicit choice beats the policy
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+        D._current = None
+
+
 def test_torchrun_env_reads_the_variables(monkeypatch):
     for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
         monkeypatch.delenv(k, raising=False)

@@ -96,3 +96,19 @@ def test_pe_argument_errors():
         sinusoidal_positional_encoding(4, 8.0)
     with pytest.raises(ValueError, match="even"):
         shift_matrix(1, 7)
+
+
+def test_num_parameters_counts_tied_tensors_once_and_leaves_out_excluded_modules():
+    from lib.layers import num_parameters
+
+    emb, lin = torch.nn.Embedding(10, 4), torch.nn.Linear(4, 10)
+    model = torch.nn.ModuleDict({"emb": emb, "lin": lin, "ffn": torch.nn.Linear(4, 4)})
+    assert num_parameters(model) == 40 + 50 + 20
+    lin.weight = emb.weight                                  # tied: one tensor, counted once
+    assert num_parameters(model) == 40 + 10 + 20
+    assert num_parameters(model, exclude=[emb]) == 10 + 20     # the tied weight goes with emb
+    assert num_parameters(model, exclude=[emb, lin]) == 20
+    model["ffn"].weight.requires_grad_(False)                # frozen parameters still count
+    assert num_parameters(model, exclude=[emb, lin]) == 20
+    with pytest.raises(TypeError, match="module must be a torch.nn.Module"):
+        num_parameters([emb])

@@ -197,3 +197,19 @@ def test_product_key_memory_rejects_bad_arguments():
         ProductKeyMemory(4, 4, n_keys=8, k=9, d_key=4)
     with pytest.raises(ValueError, match="d_key=4"):
         ProductKeyMemory(4, 4, n_keys=8, k=2, d_key=4).search(torch.randn(3, 6))
+
+
+def test_non_embedding_count_leaves_out_the_tied_token_table_and_the_positions():
+    model = CharLM(CharLMConfig(vocab_size=50, block_size=32, d_model=16, num_heads=2, num_layers=1, d_ff=32))
+    assert model.head.weight is model.tok.weight
+    assert model.num_parameters() == sum(p.numel() for p in model.parameters())
+    assert model.num_parameters(exclude_embeddings=True) == model.num_parameters() - 50 * 16 - 32 * 16
+
+
+def test_the_layer_is_lib_multi_head_attention_with_a_causal_mask():
+    torch.manual_seed(0)
+    layer = CausalSelfAttention(16, 4).eval()
+    assert [n for n, _ in layer.named_children()] == ["mha"]    # no projections of its own
+    x = torch.randn(2, 6, 16)
+    expected, _ = layer.mha(x, x, x, mask=torch.ones(6, 6, dtype=torch.bool).tril())
+    torch.testing.assert_close(layer(x), expected)

@@ -5,6 +5,7 @@ import json
 import re
 import sys
 import time
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import nbformat
@@ -167,3 +168,67 @@ def test_checked_cells_keep_a_reference_output():
         assert checked, f"{path.name} has no `# NBVAL_CHECK_OUTPUT` cell"
         for cell in checked:
             assert cell.outputs, f"{path.name}: checked cell without a stored output:\n{cell.source[:200]}"
+
+
+def checked_notebook(path: Path, stored: str, *more: str) -> Path:
+    """A notebook whose checked cell prints 42 but stores ``stored`` as its output."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("# NBVAL_CHECK_OUTPUT\nprint(6 * 7)", execution_count=1,
+                                          outputs=[nbformat.v4.new_output("stream", name="stdout", text=stored)]),
+                nbformat.v4.new_code_cell("import random\nprint(random.random())")]       # unchecked: varies
+    nb.cells += [nbformat.v4.new_code_cell(s) for s in more]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, path)
+    return path
+
+
+def test_execute_chapters_check_compares_checked_cells_and_fails_on_errors(tmp_path, capsys):
+    """``--check`` replaces nbval: a checked cell must reproduce its stored output, an error fails,
+    unchecked cells may print anything; the verdicts land in a JUnit report."""
+    cache, junit = tmp_path / "cache", tmp_path / "report.xml"
+    good = checked_notebook(tmp_path / "good.ipynb", "42\n")
+    changed = checked_notebook(tmp_path / "changed.ipynb", "43\n")
+    broken = checked_notebook(tmp_path / "broken.ipynb", "42\n", "raise RuntimeError('boom')")
+    execute_chapters.ROOT, root = tmp_path, execute_chapters.ROOT
+    try:
+        assert execute_chapters.execute([good], budget=120, cache_dir=cache, check=True, junit=junit) == 0
+        assert "every checked cell gives its stored output" in capsys.readouterr().out
+        assert execute_chapters.execute([changed], budget=120, cache_dir=cache, check=True, junit=junit) == 1
+        out = capsys.readouterr().out
+        assert "outputs differ" in out and "-43" in out and "+42" in out
+        failure = ET.parse(junit).getroot().find("testcase/failure")
+        assert failure is not None and "outputs differ" in failure.text
+        assert execute_chapters.execute([broken], budget=120, cache_dir=cache, check=True) == 1
+        assert "FAILED" in capsys.readouterr().out
+        # a cached notebook is checked against the cache; --force runs it again
+        assert execute_chapters.execute([changed], budget=120, cache_dir=cache, check=True) == 1
+        assert "cached, not run again" in capsys.readouterr().out
+        assert execute_chapters.execute([good], budget=120, cache_dir=cache, check=True, force=True,
+                                        junit=junit) == 0
+        out = capsys.readouterr().out
+        assert "cached" not in out and "good.ipynb: " in out
+        suite = ET.parse(junit).getroot()
+        assert suite.get("tests") == "1" and suite.get("failures") == "0"
+    finally:
+        execute_chapters.ROOT = root
+
+
+def test_output_comparison_follows_nbval():
+    def nb(*outputs, source="# NBVAL_CHECK_OUTPUT\nx", count=1):
+        n = nbformat.v4.new_notebook()
+        n.cells = [nbformat.v4.new_code_cell(source, execution_count=count, outputs=list(outputs))]
+        return n
+
+    stream = lambda text: nbformat.v4.new_output("stream", name="stdout", text=text)
+    result = lambda text, png=None: nbformat.v4.new_output(
+        "execute_result", data={"text/plain": text, **({"image/png": png} if png else {})}, execution_count=3)
+    compare = execute_chapters.compare_outputs
+    assert compare(nb(stream("a\nb\n")), nb(stream("a\n"), stream("b\n"))) == []        # streams merged
+    assert compare(nb(result("1", "AAAA")), nb(result("1", "BBBB"))) == []             # images ignored
+    assert compare(nb(result("1")), nb(result("2")))                                  # values compared
+    assert compare(nb(stream("1\n")), nb(result("1")))                                # kinds compared
+    assert compare(nb(stream("1\n"), source="x"), nb(stream("2\n"), source="x")) == []  # unchecked
+    tagged = nb(stream("1\n"), source="x")
+    tagged.cells[0].metadata["tags"] = ["nbval-check-output"]
+    assert compare(tagged, nb(stream("2\n")))
+    assert compare(nb(stream("1\n"), count=None), nb(stream("2\n")))                  # unrun but has output

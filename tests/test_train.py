@@ -15,6 +15,8 @@ from torch import nn
 
 from lib import device as lib_device
 from lib import train
+from lib.train.loaders import start_epoch
+from lib.train.progress import show_bar
 
 
 
@@ -510,14 +512,14 @@ def test_to_device_moves_nested_batches():
 
 def test_progress_choice(monkeypatch):
     monkeypatch.delenv("COURSE_PROGRESS", raising=False)
-    assert train._show_bar(False) is False
-    assert train._show_bar(True) is True
+    assert show_bar(False) is False
+    assert show_bar(True) is True
     monkeypatch.setenv("COURSE_PROGRESS", "0")
-    assert train._show_bar(True) is False
+    assert show_bar(True) is False
     monkeypatch.setenv("COURSE_PROGRESS", "1")
-    assert train._show_bar(None) is True
+    assert show_bar(None) is True
     monkeypatch.delenv("COURSE_PROGRESS")
-    assert train._show_bar(None) is False  # pytest captures stdout: not a terminal, not a kernel
+    assert show_bar(None) is False  # pytest captures stdout: not a terminal, not a kernel
 
 
 def test_text_log_lines_when_no_bar(capsys):
@@ -598,3 +600,73 @@ def test_progress_bar_path_gives_the_same_history(capsys):
     assert "train: 100%" in out.err and "8/8" in out.err  # the tqdm bar, on stderr
     assert "eval  step 4" in out.out                     # eval lines written above the bar
     assert with_bar.records == quiet.records
+
+
+# ---------------------------------------------------------------------------- LengthBucketSampler
+
+BUCKET_LENGTHS = [(i * 7) % 23 + 1 for i in range(1000)]
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(rng="numpy"), dict(generator=torch.Generator().manual_seed(5))])
+def test_bucket_sampler_gives_every_index_once_in_batches_of_similar_length(kw):
+    sampler = train.LengthBucketSampler(BUCKET_LENGTHS, batch_size=32, seed=3, window=5, **kw)
+    for epoch in range(2):
+        sampler.set_epoch(epoch)
+        batches = list(sampler)
+        assert len(batches) == len(sampler) == math.ceil(1000 / 32)
+        assert sorted(i for b in batches for i in b) == list(range(1000))
+        assert all(1 <= len(b) <= 32 for b in batches) and sum(len(b) < 32 for b in batches) <= 1000 // (32 * 5) + 1
+        spread = np.mean([max(BUCKET_LENGTHS[i] for i in b) - min(BUCKET_LENGTHS[i] for i in b) for b in batches])
+        rand = np.random.default_rng(0).permutation(1000)
+        random_spread = np.mean([np.ptp(np.asarray(BUCKET_LENGTHS)[rand[k:k + 32]]) for k in range(0, 1000, 32)])
+        assert spread < random_spread / 4
+
+
+def test_bucket_sampler_with_one_window_cuts_the_sorted_order():
+    lengths = [5, 1, 4, 1, 3, 9, 2, 2]
+    batches = list(train.LengthBucketSampler(lengths, batch_size=3, window=10, seed=1))
+    ranges = sorted((min(lengths[i] for i in b), max(lengths[i] for i in b)) for b in batches)
+    assert all(hi <= lo_next for (_, hi), (lo_next, _) in zip(ranges, ranges[1:]))
+    assert sorted(len(b) for b in batches) == [2, 3, 3]
+
+
+@pytest.mark.parametrize("rng", ["torch", "numpy"])
+def test_bucket_sampler_order_is_a_function_of_seed_and_epoch(rng):
+    def batches(seed, epoch):
+        s = train.LengthBucketSampler(BUCKET_LENGTHS, batch_size=16, seed=seed, rng=rng)
+        s.set_epoch(epoch)
+        return list(s)
+
+    first = batches(0, 0)
+    assert first == batches(0, 0)                         # a fresh sampler: the same batches
+    assert first != batches(0, 1) and first != batches(1, 0)
+    s = train.LengthBucketSampler(BUCKET_LENGTHS, batch_size=16, seed=0, rng=rng)
+    assert list(s) == list(s) == first                    # iterating again does not move on
+
+
+def test_bucket_sampler_generator_is_reseeded_by_fit():
+    sampler = train.LengthBucketSampler(BUCKET_LENGTHS, batch_size=16, generator=torch.Generator())
+    loader = torch.utils.data.DataLoader(list(range(1000)), batch_sampler=sampler)
+    start_epoch(loader, seed=7, epoch=0)
+    a = list(sampler)
+    assert list(sampler) != a                             # the caller's generator moves on ...
+    start_epoch(loader, seed=7, epoch=0)
+    assert list(sampler) == a                             # ... and fit re-seeds it from (seed, epoch)
+    start_epoch(loader, seed=7, epoch=1)
+    assert list(sampler) != a
+
+
+@pytest.mark.parametrize("args, kw, exc, match", [
+    ((BUCKET_LENGTHS, 0), {}, ValueError, "batch_size must be >= 1"),
+    ((BUCKET_LENGTHS, 2.0), {}, TypeError, "batch_size must be an int"),
+    (("abc", 2), {}, TypeError, "lengths must be a sequence of ints"),
+    (([], 2), {}, ValueError, "lengths is empty"),
+    (([3, -1], 2), {}, ValueError, r"lengths\[1\] must be >= 0"),
+    ((BUCKET_LENGTHS, 2), dict(window=0), ValueError, "window"),
+    ((BUCKET_LENGTHS, 2), dict(seed=-1), ValueError, "seed"),
+    ((BUCKET_LENGTHS, 2), dict(rng="python"), ValueError, "rng must be one of 'torch', 'numpy'"),
+    ((BUCKET_LENGTHS, 2), dict(generator=3), TypeError, "generator must be a torch.Generator"),
+])
+def test_bucket_sampler_rejects_bad_arguments(args, kw, exc, match):
+    with pytest.raises(exc, match=match):
+        train.LengthBucketSampler(*args, **kw)

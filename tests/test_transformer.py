@@ -4,10 +4,11 @@ import pytest
 import torch
 import torch.nn as nn
 
+from lib import generate
 from lib.attention import MultiHeadAttention, look_ahead_mask
+from lib.models.reference import WeightCopyError, copy_from_torch_mha, copy_from_torch_transformer
 from lib.models.transformer import (DecoderLayer, EncoderLayer, KVCache, Transformer, TransformerConfig,
-                                    TransformerCore, causal_mask_with_offset, copy_from_torch_mha,
-                                    copy_from_torch_transformer)
+                                    TransformerCore, causal_mask_with_offset)
 
 
 pytestmark = pytest.mark.filterwarnings("ignore:enable_nested_tensor is True")
@@ -44,6 +45,33 @@ def test_mha_equals_torch_multihead_attention(self_attention):
     g, = torch.autograd.grad(out.square().sum(), q)
     ref_g, = torch.autograd.grad(ref_out.square().sum(), q)
     torch.testing.assert_close(g, ref_g, atol=1e-5, rtol=1e-4)
+
+
+def test_torch_copies_use_every_weight_exactly_once():
+    with pytest.raises(WeightCopyError, match="our keys with no source.*w_o.bias"):
+        copy_from_torch_mha(MultiHeadAttention(8, 2), nn.MultiheadAttention(8, 2, bias=False))
+    with pytest.raises(WeightCopyError, match="never uses.*bias_k"):
+        copy_from_torch_mha(MultiHeadAttention(8, 2), nn.MultiheadAttention(8, 2, add_bias_kv=True))
+    with pytest.raises(ValueError, match="layer counts differ"):
+        copy_from_torch_transformer(TransformerCore(8, 2, 1, 1, 16), nn.Transformer(8, 2, 1, 2, 16))
+    with pytest.raises(WeightCopyError, match="shape"):
+        copy_from_torch_transformer(TransformerCore(8, 2, 1, 1, 16), nn.Transformer(8, 2, 1, 1, 32))
+    import lib.models.transformer as T
+    assert T.copy_from_torch_mha is copy_from_torch_mha           # the old import path (chapter 3) still works
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_transformer_copy_puts_every_layer_norm_in_its_place(norm_first):
+    torch.manual_seed(0)
+    ref = nn.Transformer(16, 2, 2, 2, 32, dropout=0.0, batch_first=True, norm_first=norm_first)
+    with torch.no_grad():                                   # fresh LayerNorms are all alike: make them differ
+        for name, p in ref.named_parameters():
+            if "norm" in name:
+                p.add_(torch.randn_like(p) * 0.3)
+    core = copy_from_torch_transformer(TransformerCore(16, 2, 2, 2, 32, dropout=0.0, norm_first=norm_first), ref)
+    src, tgt = torch.randn(2, 6, 16), torch.randn(2, 4, 16)
+    torch.testing.assert_close(core(src, tgt, tgt_mask=look_ahead_mask(4)),
+                               ref(src, tgt, tgt_mask=~look_ahead_mask(4)), atol=1e-5, rtol=1e-5)
 
 
 def test_mha_projected_path_equals_forward():
@@ -85,14 +113,14 @@ def test_parameter_count_at_base_config_equals_torch(norm_first):
     n_ref = sum(p.numel() for p in ref.parameters())
     assert sum(p.numel() for p in core.parameters()) == n_ref == 44_140_544
     model = Transformer(TransformerConfig(src_vocab_size=100, tgt_vocab_size=120))
-    assert model.num_parameters(include_embeddings=False) == n_ref
+    assert model.num_parameters(exclude_embeddings=True) == n_ref
     assert model.num_parameters() == n_ref + 100 * 512 + 120 * 512 + 120 * 512 + 120
 
 
 def test_shared_embeddings_counted_once():
     m = Transformer(small_cfg(src_vocab_size=40, tgt_vocab_size=40, share_embeddings=True))
     assert m.src_embed.weight is m.tgt_embed.weight is m.generator.weight
-    assert m.num_parameters() == m.num_parameters(include_embeddings=False) + 40 * 32 + 40
+    assert m.num_parameters() == m.num_parameters(exclude_embeddings=True) + 40 * 32 + 40
     t = Transformer(small_cfg(tie_output=True))
     assert t.generator.weight is t.tgt_embed.weight and t.src_embed.weight is not t.tgt_embed.weight
     with pytest.raises(ValueError, match="shared vocabulary"):
@@ -212,9 +240,9 @@ def test_forward_shapes_and_errors():
         Transformer(dict(src_vocab_size=3))
 
 
-def test_greedy_decode_uses_cache_consistently():
+def test_greedy_decoding_uses_cache_consistently():
     m, src, _ = _model_and_batch(seed=4)
-    out = m.greedy_decode(src, bos_id=2, eos_id=3, max_new_tokens=6)
+    out = generate.greedy(m, src, bos_id=2, eos_id=3, max_new_tokens=6).tokens
     assert out.shape[0] == 3 and out.shape[1] <= 6
     # re-score the greedy output without cache: each token is the argmax given its prefix
     with torch.no_grad():
@@ -252,7 +280,7 @@ def test_tiny_transformer_learns_to_reverse():
         losses.append(loss.item())
     assert losses[-1] < 0.2 * losses[0]
     src = torch.randint(4, 12, (16, 6))
-    out = m.greedy_decode(src, bos_id=2, eos_id=3, max_new_tokens=6)
+    out = generate.greedy(m, src, bos_id=2, eos_id=3, max_new_tokens=6).tokens
     assert (out == src.flip(1)).float().mean() > 0.9
 
 

@@ -1,4 +1,5 @@
 """lib.viz: Korean font fallback, heatmaps, curves, positional encodings, HTML highlighting."""
+import html as html_lib
 import re
 import sys
 import warnings
@@ -244,3 +245,51 @@ def test_show_html_returns_the_html_object(capsys):
     assert obj.data == "<b>영화</b>"
     with pytest.raises(TypeError, match="html_text must be a str"):
         viz.show_html(3)
+
+
+# ----------------------------------------------------------------------------- show_code
+
+def test_show_code_gives_file_lines_and_the_exact_source():
+    import inspect
+
+    from lib import generate
+
+    code = viz.show_code(generate.top_k_filter, generate.Generation)
+    lines, first = inspect.getsourcelines(generate.top_k_filter)
+    last = first + len(lines) - 1
+    title = f"lib/generate.py, lines {first}-{last}: top_k_filter"
+    # plain text: the title, then every source line after its line number in the file
+    text = repr(code).split("\n\n")[0].splitlines()
+    assert text[0] == "# " + title
+    assert text[1:] == [f"{first + i:>{len(str(last))}}  {l.rstrip(chr(10))}" for i, l in enumerate(lines)]
+    # markdown: a Python code block holding the source exactly
+    md = code._repr_markdown_()
+    assert f"`{title}`\n\n```python\n{''.join(lines).rstrip()}\n```" in md
+    assert "Generation" in md and md.count("```python") == 2
+    # html: highlighted (keywords in styled spans), with the file's line numbers, text unchanged
+    page = code._repr_html_()
+    assert html_lib.escape(title) in page and "lib/generate.py" in page
+    assert re.search(r'<span style="[^"]*">def</span>', page)
+    numbers = [int(n) for n in re.findall(r'padding-right: 5px;">\s*(\d+)</span>', page)]
+    assert numbers[:len(lines)] == list(range(first, last + 1))
+    plain = html_lib.unescape(re.sub(r"<[^>]+>", "", page))
+    assert "kth = torch.topk(logits, k, dim=-1).values[..., -1:]" in plain
+
+
+def test_show_code_methods_and_classes_of_the_models():
+    from lib.models import transformer
+
+    code = viz.show_code(transformer.Transformer.decode)
+    name, path, first, source = code.parts[0]
+    assert path == "lib/models/transformer.py" and name == "Transformer.decode"
+    assert source.lstrip().startswith("def decode(")
+    with open(transformer.__file__) as f:
+        assert f.read().splitlines()[first - 1].strip().startswith("def decode(")
+
+
+@pytest.mark.parametrize("obj", [len, 3, "x"])
+def test_show_code_rejects_objects_without_source(obj):
+    with pytest.raises(TypeError, match="show_code"):
+        viz.show_code(obj)
+    with pytest.raises(TypeError, match="at least one"):
+        viz.show_code()

@@ -13,10 +13,24 @@ A notebook whose code has not changed since it was cached is not run again.
 
 Prints the time each notebook took and writes them to ``_build/chapter_timings.json``.
 Exit status 1 if any notebook failed or ran out of time.
+
+The test pass (``tools/test.sh``) runs every chapter once, here, with ``--force --check``:
+
+    python tools/execute_chapters.py --force --check --junit _build/test-reports/notebooks.xml
+
+``--force`` executes even a notebook the cache already holds (the cache key is the
+notebook's code, not ``lib``'s). ``--check`` then does what ``pytest --nbval-lax`` did:
+every cell marked for checking (``# NBVAL_CHECK_OUTPUT``, or the ``nbval-check-output``
+tag) must give the output stored in the notebook, compared as nbval compares (streams
+merged, images, metadata and execution counts ignored), and any error fails the notebook
+(execution stops at the first one). The book build that follows finds every chapter in
+the cache and does not run it again.
 """
 from __future__ import annotations
 
 import argparse
+import copy
+import difflib
 import json
 import os
 import signal
@@ -24,6 +38,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import xml.etree.ElementTree as ET
+from collections import defaultdict
 from pathlib import Path
 
 import nbformat
@@ -74,21 +90,117 @@ def run_one(src: Path, out: Path) -> None:
     nbformat.write(nb, out)
 
 
-def execute(paths: list[Path], budget: int, cache_dir: Path = CACHE) -> int:
+# ----------------------------------------------------------------------------- the output check
+
+# what nbval (lax mode, without nbdime) leaves out of the comparison
+SKIP_COMPARE = ("metadata", "traceback", "prompt_number", "output_type", "name", "execution_count",
+                "application/vnd.jupyter.widget-view+json", "image/png", "image/jpeg")
+
+
+def is_checked(cell) -> bool:
+    """Whether nbval (``--nbval-lax``) compares this cell's outputs: a ``# NBVAL_CHECK_OUTPUT``
+    comment or an ``nbval-check-output`` tag (a later ``NBVAL_IGNORE_OUTPUT`` wins, as in nbval)."""
+    from nbval.plugin import find_comment_markers, find_metadata_tags
+
+    options = dict(find_comment_markers(cell.source))
+    options.update(find_metadata_tags(cell.metadata))
+    return bool(options.get("check", False))
+
+
+def _flatten(outputs) -> dict[str, list]:
+    from nbval.plugin import coalesce_streams, transform_streams_for_comparison
+
+    flat = defaultdict(list)
+    for out in transform_streams_for_comparison(coalesce_streams(copy.deepcopy(list(outputs)))):
+        for key, value in out.items():
+            if key in SKIP_COMPARE:
+                continue
+            if key == "data":
+                for mime, data in value.items():
+                    if mime not in SKIP_COMPARE:
+                        flat[mime].append(data)
+            else:
+                flat[key].append(value)
+    return flat
+
+
+def compare_outputs(stored, executed) -> list[str]:
+    """Compare the checked cells of the notebook as stored with the same notebook executed; one
+    message per cell whose outputs differ (empty: all agree). A checked cell that was never run
+    in the stored notebook is not compared, but it must not carry outputs (as in nbval)."""
+    if len(stored.cells) != len(executed.cells):
+        return [f"the executed notebook has {len(executed.cells)} cells, the stored one {len(stored.cells)}"]
+    problems = []
+    for i, (ref, run) in enumerate(zip(stored.cells, executed.cells)):
+        if ref.cell_type != "code" or not is_checked(ref):
+            continue
+        if ref.get("execution_count") is None:
+            if ref.outputs:
+                problems.append(f"cell {i}: unrun reference cell has outputs")
+            continue
+        want, got = _flatten(ref.outputs), _flatten(run.outputs)
+        if want == got:
+            continue
+        code = next((l for l in ref.source.splitlines() if l.strip() and not l.lstrip().startswith("#")), "")
+        lines = [f"cell {i} ({code[:60]!r}): outputs differ from the stored ones"]
+        if set(want) != set(got):
+            lines.append(f"  output fields: stored {sorted(want)}, executed {sorted(got)}")
+        for key in sorted(set(want) & set(got)):
+            if want[key] != got[key]:
+                a = "".join(str(v) for v in want[key]).splitlines()
+                b = "".join(str(v) for v in got[key]).splitlines()
+                diff = list(difflib.unified_diff(a, b, "stored", "executed", lineterm="", n=1))
+                lines += [f"  {key}:"] + ["    " + l for l in diff[:40]]
+        problems.append("\n".join(lines))
+    return problems
+
+
+def write_junit(path: Path, results: dict[str, tuple[float, str | None]]) -> None:
+    """One JUnit test case per notebook: ``results[name] = (seconds, failure message or None)``."""
+    suite = ET.Element("testsuite", name="notebooks", tests=str(len(results)),
+                      failures=str(sum(msg is not None for _, msg in results.values())), errors="0", skipped="0")
+    for name, (seconds, msg) in results.items():
+        case = ET.SubElement(suite, "testcase", classname="notebooks", name=name, time=f"{seconds:.1f}")
+        if msg is not None:
+            ET.SubElement(case, "failure", message=msg.splitlines()[0][:200]).text = msg
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    ET.ElementTree(suite).write(tmp, encoding="utf-8", xml_declaration=True)
+    os.replace(tmp, path)
+
+
+# ----------------------------------------------------------------------------- execution
+
+def execute(paths: list[Path], budget: int, cache_dir: Path = CACHE, *, force: bool = False,
+            check: bool = False, junit: Path | None = None) -> int:
     from jupyter_cache import get_cache
     from jupyter_cache.base import CacheBundleIn
 
     cache = get_cache(str(cache_dir))
-    timings, failed = {}, []
+    timings, failed, report = {}, [], {}
+
+    def checked(rel, nb, executed, seconds):
+        problems = compare_outputs(nb, executed) if check else []
+        for p in problems:
+            print(f"[check] {rel}: {p}", flush=True)
+        if problems:
+            failed.append(rel)
+        elif check:
+            print(f"[check] {rel}: every checked cell gives its stored output", flush=True)
+        report[rel] = (seconds, "\n".join(problems) if problems else None)
+
     for path in paths:
         rel = path.relative_to(ROOT).as_posix()
         nb = nbformat.read(path, as_version=4)
-        try:
-            cache.match_cache_notebook(nb)
-            print(f"[execute] {rel}: cached, not run again", flush=True)
-            continue
-        except KeyError:
-            pass
+        if not force:
+            try:
+                record = cache.match_cache_notebook(nb)
+                print(f"[execute] {rel}: cached, not run again", flush=True)
+                if check:
+                    checked(rel, nb, cache.get_cache_bundle(record.pk).nb, 0.0)
+                continue
+            except KeyError:
+                pass
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / path.name
             start = time.perf_counter()
@@ -105,17 +217,22 @@ def execute(paths: list[Path], budget: int, cache_dir: Path = CACHE) -> int:
             if code is None:
                 print(f"[execute] {rel}: FAILED, over its budget of {budget} s", flush=True)
                 failed.append(rel)
+                report[rel] = (seconds, f"over its budget of {budget} s")
                 continue
             if code != 0:
                 print(f"[execute] {rel}: FAILED after {seconds:.0f} s (see the traceback above)", flush=True)
                 failed.append(rel)
+                report[rel] = (seconds, f"failed after {seconds:.0f} s (an error in a cell, see the log)")
                 continue
             executed = nbformat.read(out, as_version=4)
             cache.cache_notebook_bundle(CacheBundleIn(executed, str(path), data={"execution_seconds": seconds}),
                                         check_validity=False, overwrite=True)
             print(f"[execute] {rel}: {seconds:.0f} s", flush=True)
+            checked(rel, nb, executed, seconds)
     (ROOT / "_build").mkdir(exist_ok=True)
     (ROOT / "_build" / "chapter_timings.json").write_text(json.dumps(timings, indent=1) + "\n")
+    if junit is not None:
+        write_junit(junit, report)
     if failed:
         print("[execute] failed: " + ", ".join(failed), file=sys.stderr)
         return 1
@@ -126,6 +243,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("notebooks", nargs="*", type=Path, help="default: every notebook in _toc.yml")
     ap.add_argument("--budget", type=int, default=None, help="seconds per notebook")
+    ap.add_argument("--force", action="store_true", help="execute even the notebooks the cache holds")
+    ap.add_argument("--check", action="store_true",
+                    help="compare the checked cells' outputs with the stored ones (as nbval --nbval-lax)")
+    ap.add_argument("--junit", type=Path, default=None, help="write a JUnit XML report (one case per notebook)")
     ap.add_argument("--one", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -136,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     for p in paths:
         if not p.exists():
             ap.error(f"no such notebook: {p}")
-    return execute(paths, args.budget or default_budget())
+    return execute(paths, args.budget or default_budget(), force=args.force, check=args.check, junit=args.junit)
 
 
 if __name__ == "__main__":

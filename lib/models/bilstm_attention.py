@@ -31,8 +31,9 @@ import torch
 import torch.nn as nn
 
 from lib.attention import AdditiveAttention, padding_mask
+from lib.layers import num_parameters
 
-__all__ = ["BiLSTMConfig", "reverse_padded", "BiLSTM", "BiLSTMAttentionClassifier", "count_parameters"]
+__all__ = ["BiLSTMConfig", "reverse_padded", "BiLSTM", "BiLSTMAttentionClassifier"]
 
 
 @dataclass
@@ -114,6 +115,10 @@ class BiLSTMAttentionClassifier(nn.Module):
         self.head = nn.Sequential(
             nn.Linear(d, cfg.dense), nn.ReLU(), nn.Dropout(cfg.dropout), nn.Linear(cfg.dense, 1))
 
+    def num_parameters(self, exclude_embeddings: bool = False) -> int:
+        """All parameters; ``exclude_embeddings=True`` leaves out the word embedding table."""
+        return num_parameters(self, (self.embedding,) if exclude_embeddings else ())
+
     def _check(self, tokens, lengths) -> None:
         if not isinstance(tokens, torch.Tensor) or tokens.dtype not in (torch.int64, torch.int32):
             got = tokens.dtype if isinstance(tokens, torch.Tensor) else type(tokens).__name__
@@ -146,8 +151,3 @@ class BiLSTMAttentionClassifier(nn.Module):
             mask = padding_mask(lengths, tokens.shape[1])                     # True at real tokens
             features, weights = self.attention(query, outputs, mask)
         return self.head(features).squeeze(-1), weights
-
-
-def count_parameters(model: nn.Module) -> int:
-    """Number of trainable parameters."""
-    return sum(p.numel() for p in model.parameters() if p.requires_grad)

@@ -20,7 +20,7 @@ Interface
 ``AdaptiveSpanMask(num_heads, max_span, ramp)``: ``forward(weights)`` on causal weights
     ``(B, H, T, T)``; ``.spans()`` (the current z per head); ``.penalty()`` (sum of z over heads).
 ``CausalSelfAttention(d_model, num_heads, dropout, span=None, num_persistent=0)``:
-    causal multi-head self-attention; with ``span=(max_span, ramp, init_ratio)`` the adaptive span mask
+    causal multi-head self-attention (``lib.attention.MultiHeadAttention``); with ``span=(max_span, ramp, init_ratio)`` the adaptive span mask
     is applied; with ``num_persistent > 0`` persistent key/value vectors are attended to.
 ``CharLMConfig`` / ``CharLM``: a decoder-only language model with ``attention`` one of
     ``"standard"`` (attention + FFN), ``"adaptive"`` (adaptive span + FFN),
@@ -38,8 +38,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from lib.attention import look_ahead_mask, masked_softmax, merge_heads, split_heads
-from lib.layers import PositionwiseFeedForward, layer_norm
+from lib.attention import MultiHeadAttention, look_ahead_mask
+from lib.layers import PositionwiseFeedForward, layer_norm, num_parameters
 
 __all__ = ["AdaptiveSpanMask", "CausalSelfAttention", "CharLMConfig", "CharLM", "ProductKeyMemory"]
 
@@ -98,7 +98,8 @@ class AdaptiveSpanMask(nn.Module):
 # ----------------------------------------------------------------------------- the layer
 
 class CausalSelfAttention(nn.Module):
-    """Causal multi-head self-attention, optionally with an adaptive span or persistent memory.
+    """Causal self-attention through ``lib.attention.MultiHeadAttention`` (``.mha``), optionally
+    with an adaptive span (it reweights the attention) or persistent memory (extra keys/values).
 
     Persistent vectors are keys/values that every query may attend to, at no position: they
     are never masked and carry no positional information.
@@ -107,34 +108,25 @@ class CausalSelfAttention(nn.Module):
     def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0,
                  span: tuple[int, int, float] | None = None, num_persistent: int = 0):
         super().__init__()
-        if d_model % num_heads:
-            raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")
-        self.num_heads, self.d_head = num_heads, d_model // num_heads
-        self.qkv = nn.Linear(d_model, 3 * d_model)
-        self.proj = nn.Linear(d_model, d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.mha = MultiHeadAttention(d_model, num_heads, dropout)
         self.span = AdaptiveSpanMask(num_heads, *span) if span is not None else None
         self.num_persistent = num_persistent
         if num_persistent:
             # Scaled like the keys/values of the sequence so that they start out comparable.
-            self.persistent_k = nn.Parameter(torch.randn(num_heads, num_persistent, self.d_head) / math.sqrt(self.d_head))
-            self.persistent_v = nn.Parameter(torch.randn(num_heads, num_persistent, self.d_head) / math.sqrt(self.d_head))
+            d_head = d_model // num_heads
+            self.persistent_k = nn.Parameter(torch.randn(num_heads, num_persistent, d_head) / math.sqrt(d_head))
+            self.persistent_v = nn.Parameter(torch.randn(num_heads, num_persistent, d_head) / math.sqrt(d_head))
 
     def forward(self, x: torch.Tensor, return_weights: bool = False):
-        B, T, _ = x.shape
-        q, k, v = (split_heads(t, self.num_heads) for t in self.qkv(x).chunk(3, dim=-1))
-        mask = look_ahead_mask(T, device=x.device)
-        if self.num_persistent:
-            N = self.num_persistent
+        if not self.num_persistent:
+            out, weights = self.mha(x, x, x, is_causal=True, reweight=self.span)
+        else:
+            B, T, N = x.shape[0], x.shape[1], self.num_persistent
+            k, v = self.mha.project_kv(x, x)
             k = torch.cat([self.persistent_k.expand(B, -1, -1, -1), k], dim=2)
             v = torch.cat([self.persistent_v.expand(B, -1, -1, -1), v], dim=2)
-            mask = torch.cat([torch.ones(T, N, dtype=torch.bool, device=x.device), mask], dim=1)
-        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_head)
-        weights = masked_softmax(scores, mask)
-        if self.span is not None:
-            weights = self.span(weights)
-        out = merge_heads(self.dropout(weights) @ v)
-        out = self.proj(out)
+            mask = torch.cat([torch.ones(T, N, dtype=torch.bool, device=x.device), look_ahead_mask(T, x.device)], dim=1)
+            out, weights = self.mha.attend_projected(x, k, v, mask, reweight=self.span)
         return (out, weights) if return_weights else out
 
 
@@ -240,10 +232,9 @@ class CharLM(nn.Module):
         return torch.stack([m.penalty() for m in masks]).sum() / (len(masks) * self.cfg.num_heads)
 
     def num_parameters(self, exclude_embeddings: bool = False) -> int:
-        n = sum(p.numel() for p in self.parameters())
-        if exclude_embeddings:
-            n -= self.tok.weight.numel() + self.pos.weight.numel()
-        return n
+        """All parameters; ``exclude_embeddings=True`` leaves out the token table (tied to the
+        output layer) and the position table."""
+        return num_parameters(self, (self.tok, self.pos, self.head) if exclude_embeddings else ())
 
 
 # ----------------------------------------------------------------------------- product keys

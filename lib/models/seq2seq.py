@@ -38,7 +38,9 @@ import torch.nn.functional as F
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from lib.attention import DotAttention, padding_mask
+from lib.layers import num_parameters
 from lib.text import collate_pairs
+from lib.train.loaders import LengthBucketSampler  # re-exported: chapters 1 and 3 use seq2seq.LengthBucketSampler
 
 __all__ = ["Seq2SeqConfig", "Encoder", "FixedContextDecoder", "LuongDecoder", "Memory",
            "Seq2Seq", "collate", "LengthBucketSampler", "strip_special"]
@@ -198,8 +200,11 @@ class Seq2Seq(nn.Module):
         self.encoder = Encoder(cfg)
         self.decoder = LuongDecoder(cfg) if cfg.attention else FixedContextDecoder(cfg)
 
-    def num_params(self) -> int:
-        return sum(p.numel() for p in self.parameters())
+    def num_parameters(self, exclude_embeddings: bool = False) -> int:
+        """All parameters; ``exclude_embeddings=True`` leaves out the source and target embedding
+        tables and the output layer to the target vocabulary."""
+        d = self.decoder
+        return num_parameters(self, (self.encoder.embed, d.embed, d.out) if exclude_embeddings else ())
 
     def encode(self, src: torch.Tensor, src_len: torch.Tensor | None = None) -> Memory:
         _check_ids("src", src)
@@ -278,39 +283,6 @@ def collate(pairs: Sequence[tuple[Sequence[int], Sequence[int]]], cfg: Seq2SeqCo
         if len(pair[0]) == 0:
             raise ValueError(f"pair {i} has an empty source sentence (the encoder needs at least one token)")
     return collate_pairs(cfg.pad_id, cfg.bos_id, cfg.eos_id)(pairs)
-
-
-class LengthBucketSampler(torch.utils.data.Sampler):
-    """Batches of sentences of similar length (less padding), in a new random order every epoch.
-
-    Shuffles the indices, sorts each window of ``batch_size * window`` of them by ``lengths``,
-    cuts the window into batches and shuffles the batches. The order depends only on
-    ``(seed, epoch)``; ``lib.train.fit`` calls ``set_epoch``.
-    """
-
-    def __init__(self, lengths: Sequence[int], batch_size: int, seed: int = 0, window: int = 50):
-        if not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
-        self.lengths, self.batch_size, self.seed, self.window = list(lengths), batch_size, seed, window
-        self.epoch = 0
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def __len__(self) -> int:
-        n, w = len(self.lengths), self.batch_size * self.window
-        return sum(-(-min(w, n - i) // self.batch_size) for i in range(0, n, w))
-
-    def __iter__(self):
-        g = torch.Generator().manual_seed(self.seed * 100_003 + self.epoch)
-        order = torch.randperm(len(self.lengths), generator=g).tolist()
-        w = self.batch_size * self.window
-        batches = []
-        for i in range(0, len(order), w):
-            chunk = sorted(order[i:i + w], key=lambda j: self.lengths[j])
-            batches += [chunk[k:k + self.batch_size] for k in range(0, len(chunk), self.batch_size)]
-        for b in torch.randperm(len(batches), generator=g).tolist():
-            yield batches[b]
 
 
 def strip_special(ids: Sequence[int], cfg: Seq2SeqConfig) -> list[int]:

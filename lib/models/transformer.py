@@ -31,8 +31,8 @@ norm_first, activation, eps)``: the ``nn.Transformer``-shaped part (no embedding
     projection). ``forward(src, tgt, src_key_padding_mask=None, tgt_key_padding_mask=None,
     memory_key_padding_mask=None, tgt_mask=None) -> (B, T, d_model)`` on embedded inputs.
     At the base configuration it has exactly as many parameters as ``torch.nn.Transformer()``.
-``copy_from_torch_mha(mha, torch_mha)`` / ``copy_from_torch_transformer(core, torch_transformer)``:
-    copy a ``torch.nn.MultiheadAttention`` / ``torch.nn.Transformer`` into ours (for the checks).
+``copy_from_torch_mha`` / ``copy_from_torch_transformer``: live in ``lib.models.reference``
+    (name tables through ``copy_weights``); importable from here too, as chapter 3 does.
 ``KVCache``: ``.layers`` (one dict per decoder layer: ``self_k``, ``self_v`` of shape
     ``(B, H, T_so_far, d_head)``, ``cross_k``, ``cross_v`` of the memory, computed once),
     ``.length`` (target positions cached), ``.reorder(index)`` (select/reorder batch rows,
@@ -44,11 +44,10 @@ norm_first, activation, eps)``: the ``nn.Transformer``-shaped part (no embedding
     -> (logits (B, T, tgt_vocab), cache)``. Without a cache, ``tgt`` is the whole prefix and a
     new cache holding it is returned. With a cache, pass only the NEW tokens: positions continue
     from ``cache.length``. Decoding token by token with the cache gives the same logits as
-    decoding the full prefix (tested, atol 1e-5).
+    decoding the full prefix (tested, atol 1e-5). This is the encoder-decoder side of the
+    protocol ``lib.generate`` decodes with (greedy, beam search, sampling, with or without the cache).
     ``forward(src, tgt) -> logits`` (padding masks from ``pad_id``, look-ahead mask);
-    ``num_parameters(include_embeddings=True)`` (tied matrices counted once);
-    ``greedy_decode(src, bos_id, eos_id, max_new_tokens=50) -> LongTensor (B, <= max_new_tokens)``
-    (KV-cached; tokens after EOS are ``pad_id``);
+    ``num_parameters(exclude_embeddings=False)`` (tied matrices counted once);
     ``attention_weights(src, tgt) -> dict`` of per-layer weights ``(B, H, Tq, Tk)`` under
     ``encoder_self``, ``decoder_self``, ``cross`` (for heatmaps).
 """
@@ -61,7 +60,8 @@ import torch
 import torch.nn as nn
 
 from lib.attention import MultiHeadAttention, combine_masks, look_ahead_mask
-from lib.layers import PositionalEncoding, PositionwiseFeedForward, ResidualBlock, layer_norm
+from lib.layers import PositionalEncoding, PositionwiseFeedForward, ResidualBlock, layer_norm, num_parameters
+from lib.models.reference import copy_from_torch_mha, copy_from_torch_transformer  # noqa: F401 (chapter 3)
 
 __all__ = ["TransformerConfig", "EncoderLayer", "DecoderLayer", "Encoder", "Decoder", "KVCache",
            "TransformerCore", "Transformer", "copy_from_torch_mha", "copy_from_torch_transformer",
@@ -385,37 +385,10 @@ class Transformer(nn.Module):
         logits, _ = self.decode(tgt, memory, src_pad, tgt_key_padding_mask=tgt != self.cfg.pad_id)
         return logits
 
-    def num_parameters(self, include_embeddings: bool = True) -> int:
-        """Trainable parameters, each tied matrix counted once."""
-        params = {id(p): p for p in self.parameters()}
-        if not include_embeddings:
-            for m in (self.src_embed, self.tgt_embed, self.generator):
-                for p in m.parameters():
-                    params.pop(id(p), None)
-        return sum(p.numel() for p in params.values())
-
-    @torch.no_grad()
-    def greedy_decode(self, src: torch.Tensor, bos_id: int, eos_id: int, max_new_tokens: int = 50) -> torch.Tensor:
-        """Greedy translation with the KV cache; returns the generated ids (no BOS), pad after EOS."""
-        was_training = self.training
-        self.eval()
-        src_pad = src != self.cfg.pad_id
-        memory = self.encode(src, src_pad)
-        B = src.shape[0]
-        token = torch.full((B, 1), bos_id, dtype=torch.long, device=src.device)
-        done = torch.zeros(B, dtype=torch.bool, device=src.device)
-        cache, out = None, []
-        for _ in range(min(max_new_tokens, self.cfg.max_len - 1)):
-            logits, cache = self.decode(token, memory, src_pad, cache=cache)
-            nxt = logits[:, -1].argmax(-1)
-            nxt = torch.where(done, torch.full_like(nxt, self.cfg.pad_id), nxt)
-            out.append(nxt)
-            done |= nxt == eos_id
-            if bool(done.all()):
-                break
-            token = nxt[:, None]
-        self.train(was_training)
-        return torch.stack(out, dim=1) if out else torch.empty(B, 0, dtype=torch.long, device=src.device)
+    def num_parameters(self, exclude_embeddings: bool = False) -> int:
+        """All parameters, each tied matrix counted once; ``exclude_embeddings=True`` leaves out the
+        embedding tables and the output projection (what ``torch.nn.Transformer`` does not have)."""
+        return num_parameters(self, (self.src_embed, self.tgt_embed, self.generator) if exclude_embeddings else ())
 
     @torch.no_grad()
     def attention_weights(self, src: torch.Tensor, tgt: torch.Tensor) -> dict[str, list[torch.Tensor]]:
@@ -434,56 +407,3 @@ class Transformer(nn.Module):
             for layer in layers:
                 layer.keep_weights = False
             self.train(was_training)
-
-
-# ----------------------------------------------------------------------------- checks against torch
-
-def copy_from_torch_mha(mha: MultiHeadAttention, torch_mha: nn.MultiheadAttention) -> MultiHeadAttention:
-    """Copy a ``torch.nn.MultiheadAttention`` (same d_model, heads, with biases) into ``mha``."""
-    if torch_mha.embed_dim != mha.d_model or torch_mha.num_heads != mha.num_heads:
-        raise ValueError(f"shape mismatch: torch ({torch_mha.embed_dim}, {torch_mha.num_heads} heads), "
-                         f"ours ({mha.d_model}, {mha.num_heads} heads)")
-    if torch_mha.in_proj_weight is None:
-        raise ValueError("torch_mha must use a packed in_proj_weight (kdim == vdim == embed_dim)")
-    with torch.no_grad():
-        wq, wk, wv = torch_mha.in_proj_weight.chunk(3, dim=0)
-        for lin, w in ((mha.w_q, wq), (mha.w_k, wk), (mha.w_v, wv)):
-            lin.weight.copy_(w)
-        mha.w_o.weight.copy_(torch_mha.out_proj.weight)
-        if torch_mha.in_proj_bias is not None:
-            bq, bk, bv = torch_mha.in_proj_bias.chunk(3)
-            for lin, b in ((mha.w_q, bq), (mha.w_k, bk), (mha.w_v, bv)):
-                lin.bias.copy_(b)
-            mha.w_o.bias.copy_(torch_mha.out_proj.bias)
-    return mha
-
-
-def _copy_linear(ours: nn.Module, theirs: nn.Module) -> None:
-    ours.weight.copy_(theirs.weight)
-    if ours.bias is not None:
-        ours.bias.copy_(theirs.bias)
-
-
-def copy_from_torch_transformer(core: TransformerCore, torch_transformer: nn.Transformer) -> TransformerCore:
-    """Copy every weight of a ``torch.nn.Transformer`` into ``core`` (same sizes)."""
-    enc, dec = torch_transformer.encoder, torch_transformer.decoder
-    if len(enc.layers) != len(core.encoder.layers) or len(dec.layers) != len(core.decoder.layers):
-        raise ValueError("layer counts differ between torch_transformer and core")
-    with torch.no_grad():
-        for ours, theirs in zip(core.encoder.layers, enc.layers):
-            copy_from_torch_mha(ours.self_attn, theirs.self_attn)
-            _copy_linear(ours.ffn.linear1, theirs.linear1)
-            _copy_linear(ours.ffn.linear2, theirs.linear2)
-            _copy_linear(ours.attn_block.norm, theirs.norm1)
-            _copy_linear(ours.ffn_block.norm, theirs.norm2)
-        for ours, theirs in zip(core.decoder.layers, dec.layers):
-            copy_from_torch_mha(ours.self_attn, theirs.self_attn)
-            copy_from_torch_mha(ours.cross_attn, theirs.multihead_attn)
-            _copy_linear(ours.ffn.linear1, theirs.linear1)
-            _copy_linear(ours.ffn.linear2, theirs.linear2)
-            _copy_linear(ours.self_block.norm, theirs.norm1)
-            _copy_linear(ours.cross_block.norm, theirs.norm2)
-            _copy_linear(ours.ffn_block.norm, theirs.norm3)
-        _copy_linear(core.encoder.norm, enc.norm)
-        _copy_linear(core.decoder.norm, dec.norm)
-    return core

@@ -1,0 +1,115 @@
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from lib import validate as V
+
+
+def test_check_int_accepts_and_converts():
+    assert V.check_int("n", 3) == 3
+    out = V.check_int("n", np.int64(4), minimum=0)
+    assert out == 4 and type(out) is int
+    assert V.check_int("n", None, allow_none=True) is None
+    assert V.check_int("n", 5, minimum=5, maximum=5) == 5
+
+
+@pytest.mark.parametrize("value, exc, match", [
+    (True, TypeError, r"n must be an int, got bool \(True\)"),
+    (2.0, TypeError, r"n must be an int, got float \(2.0\)"),
+    ("3", TypeError, "got str"),
+    (None, TypeError, "got NoneType"),
+    (0, ValueError, "n must be >= 1, got 0"),
+    (11, ValueError, "n must be <= 10, got 11"),
+])
+def test_check_int_rejects(value, exc, match):
+    with pytest.raises(exc, match=match):
+        V.check_int("n", value, minimum=1, maximum=10)
+
+
+def test_check_int_none_message_mentions_none():
+    with pytest.raises(TypeError, match="an int or None"):
+        V.check_int("seed", "x", allow_none=True)
+
+
+def test_check_float():
+    assert V.check_float("lr", 1) == 1.0 and type(V.check_float("lr", 1)) is float
+    assert V.check_float("lr", np.float32(0.5)) == 0.5
+    assert V.check_float("lr", None, allow_none=True) is None
+    with pytest.raises(TypeError, match="lr must be a number"):
+        V.check_float("lr", "0.1")
+    with pytest.raises(TypeError, match="bool"):
+        V.check_float("lr", False)
+    with pytest.raises(ValueError, match="finite"):
+        V.check_float("lr", math.inf)
+    with pytest.raises(ValueError, match="finite"):
+        V.check_float("lr", math.nan)
+    with pytest.raises(ValueError, match="lr must be > 0, got 0.0"):
+        V.check_float("lr", 0.0, positive=True)
+    with pytest.raises(ValueError, match=">= -1"):
+        V.check_float("x", -2, minimum=-1)
+    with pytest.raises(ValueError, match="<= 1"):
+        V.check_float("x", 2, maximum=1)
+
+
+def test_check_probability():
+    assert V.check_probability("p", 0) == 0.0
+    assert V.check_probability("p", 1.0) == 1.0
+    with pytest.raises(ValueError, match=r"p must be in \[0, 1\), got 1.0"):
+        V.check_probability("p", 1.0, allow_one=False)
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        V.check_probability("p", -0.1)
+    with pytest.raises(TypeError):
+        V.check_probability("p", "half")
+
+
+def test_check_bool_choice_callable():
+    assert V.check_bool("flag", False) is False
+    with pytest.raises(TypeError, match=r"flag must be True or False, got int \(1\)"):
+        V.check_bool("flag", 1)
+    assert V.check_choice("kind", "bpe", ("bpe", "wordpiece")) == "bpe"
+    with pytest.raises(ValueError, match="kind must be one of 'bpe', 'wordpiece', got 'unigram'"):
+        V.check_choice("kind", "unigram", ("bpe", "wordpiece"))
+    with pytest.raises(ValueError):
+        V.check_choice("mode", True, (1, 0))          # True == 1, but it is not the choice 1
+    assert V.check_callable("fn", len) is len
+    assert V.check_callable("fn", None, allow_none=True) is None
+    with pytest.raises(TypeError, match="fn must be callable, got int"):
+        V.check_callable("fn", 3)
+
+
+def test_check_tensor_dtype_kinds():
+    ids = torch.zeros(2, 3, dtype=torch.long)
+    assert V.check_tensor("src", ids, dtype="int", dim=2) is ids
+    V.check_tensor("m", torch.ones(2, dtype=torch.bool), dtype="bool")
+    V.check_tensor("x", torch.ones(2, dtype=torch.float16), dtype="float")
+    V.check_tensor("x", ids, dtype=(torch.int32, torch.int64))
+    with pytest.raises(TypeError, match="src must be a torch.Tensor, got list"):
+        V.check_tensor("src", [[1, 2]])
+    with pytest.raises(TypeError, match="src must be an integer tensor, got dtype torch.float32"):
+        V.check_tensor("src", ids.float(), dtype="int")
+    with pytest.raises(TypeError, match="must be an integer tensor"):
+        V.check_tensor("src", ids.bool(), dtype="int")         # bool is not an integer id type
+    with pytest.raises(TypeError, match="x must be a floating-point tensor"):
+        V.check_tensor("x", ids, dtype="float")
+    with pytest.raises(TypeError, match="x must have dtype torch.int32, got torch.int64"):
+        V.check_tensor("x", ids, dtype=torch.int32)
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        V.check_tensor("x", ids, dtype="complex")
+
+
+def test_check_tensor_shapes():
+    x = torch.zeros(2, 3)
+    V.check_tensor("x", x, shape=(2, None))
+    V.check_tensor("x", x, min_dim=2)
+    with pytest.raises(ValueError, match=r"src must be \(batch, time\), got shape \(2, 3, 1\)"):
+        V.check_tensor("src", x[..., None], dim=2, what="(batch, time)")
+    with pytest.raises(ValueError, match=r"x must be 3-D, got shape \(2, 3\)"):
+        V.check_tensor("x", x, dim=3)
+    with pytest.raises(ValueError, match="at least 3 dimensions"):
+        V.check_tensor("x", x, min_dim=3)
+    with pytest.raises(ValueError, match=r"lengths must have shape \(5,\), got \(2,\)"):
+        V.check_tensor("lengths", torch.zeros(2), shape=(5,))
+    with pytest.raises(ValueError, match=r"x must have shape \(\*, 4\), got \(2, 3\)"):
+        V.check_tensor("x", x, shape=(None, 4))

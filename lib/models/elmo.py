@@ -46,6 +46,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from lib.layers import num_parameters
 from lib.models.bilstm_attention import reverse_padded
 
 __all__ = ["PAD", "BOW", "EOW", "BOS", "EOS", "CHAR_VOCAB", "encode_word", "encode_batch",
@@ -232,10 +233,7 @@ class BiLM(nn.Module):
         return (loss_f + loss_b) / 2, (loss_f, loss_b)
 
     def num_parameters(self, exclude_embeddings: bool = False) -> int:
-        n = sum(p.numel() for p in self.parameters())
-        if exclude_embeddings:
-            n -= self.char_cnn.embed.weight.numel() + sum(p.numel() for p in self.softmax.parameters())
-        return n
+        return num_parameters(self, exclude=(self.char_cnn.embed, self.softmax) if exclude_embeddings else ())
 
 
 # ----------------------------------------------------------------------------- 4. scalar mix

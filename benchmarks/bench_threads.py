@@ -8,9 +8,10 @@ does not depend on the data) with PyTorch's intra-op threads set to each of ``--
 (default: 1 and the number of cores, PyTorch's default), first alone and then beside a busy
 process started by the benchmark (``--busy spin``: one pure-Python loop, one core busy;
 ``--busy torch``: another PyTorch process doing matrix products with its default threads,
-like a second chapter). The number to read is the slowdown ratio
+like a second chapter). The numbers to read are the slowdown ratio
 ``seconds per step beside the busy process / seconds per step alone`` for each thread count,
-and which thread count is fastest under load; ``lib.device.default_cpu_threads()`` is the
+and, for each condition, the time per step of every thread count divided by that of the
+fewest threads (which thread count is fastest under load); ``lib.device.default_cpu_threads()`` is the
 policy the chapters use. Written to ``results/bench_threads.json`` (or ``--out``).
 
     .venv/bin/python benchmarks/bench_threads.py
@@ -105,8 +106,14 @@ def main(argv=None) -> dict:
     median = {(r["threads"], r["busy"]): r["median_s"] for r in rows}
     slowdown = {n: median[n, True] / median[n, False] for n in args.threads}
     fastest_busy = min(args.threads, key=lambda n: median[n, True])
+    versus_one = {f"{n}/{min(args.threads)}": {"alone": median[n, False] / median[min(args.threads), False],
+                                                "busy": median[n, True] / median[min(args.threads), True]}
+                  for n in args.threads}
     for n in args.threads:
-        print(f"threads={n}: {slowdown[n]:.1f}x slower beside the busy process")
+        print(f"threads={n}: {slowdown[n]:.1f}x slower beside the busy process; per step "
+              f"{versus_one[f'{n}/{min(args.threads)}']['alone']:.1f}x (alone) and "
+              f"{versus_one[f'{n}/{min(args.threads)}']['busy']:.1f}x (busy) the time with "
+              f"{min(args.threads)} thread(s)")
     result = {
         "benchmark": "bench_threads",
         "what": "median seconds per training step of chapter 04's CI-recipe Transformer, alone and beside a "
@@ -114,6 +121,7 @@ def main(argv=None) -> dict:
         "cores": cores, "busy": args.busy, "steps": args.steps, "seq_len": args.seq_len,
         "batch_size": args.batch_size, "results": rows,
         "slowdown": {str(n): s for n, s in slowdown.items()},
+        "time_ratio_to_fewest_threads": versus_one,
         "fastest_threads_when_busy": fastest_busy,
         "policy_threads": device.default_cpu_threads(),
         "torch": torch.__version__, "parallel": torch.__config__.parallel_info().splitlines()[-1].strip(),

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from lib.validate import check_int
+
 __all__ = ["pick_device", "autocast_dtype", "needs_grad_scaler", "autocast", "seed_everything",
            "setup", "summary", "Precision", "precision", "rank", "world_size", "is_main_process",
            "torchrun_env", "default_cpu_threads"]
@@ -107,8 +109,7 @@ def seed_everything(seed: int = 0, deterministic: bool = False) -> None:
     ``deterministic=True`` also asks PyTorch for deterministic kernels (slower on GPU;
     an op without a deterministic implementation then raises instead of silently varying).
     """
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    check_int("seed", seed, 0)
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
@@ -229,8 +230,7 @@ def setup(seed: int = 0, deterministic: bool = False, prefer: str | None = None,
     if env is not None:
         _current = _init_distributed(_current, env[1])
     if cpu_threads is not None:
-        if isinstance(cpu_threads, bool) or not isinstance(cpu_threads, int) or cpu_threads < 1:
-            raise ValueError(f"cpu_threads must be a positive int or None, got {cpu_threads!r}")
+        check_int("cpu_threads", cpu_threads, 1)
     if _current.type == "cpu":
         torch.set_num_threads(cpu_threads if cpu_threads is not None else default_cpu_threads())
     seed_everything(seed, deterministic)

@@ -25,10 +25,13 @@ model is follows from whether it has an ``encode`` method.
   prompt says how to start; put ``[BOS]`` in it if the model was trained with one).
 
 In both, ``decode`` returns ``(logits, cache)``; the cache is any object the model gets
-back on the next call. Beam search reorders it through ``cache.reorder(index)`` (as
-:class:`lib.models.transformer.KVCache` has), else ``model.reorder_cache(cache, index)``,
-else by selecting rows of every tensor inside it (:func:`reorder_cache`). A ``cache.length``
-property (positions cached so far) is part of the protocol for the models' own use.
+back on the next call. Beam search reorders it with ``model.reorder_cache(cache, index)``
+if the model has one, else ``cache.reorder(index)`` (as
+:class:`lib.models.transformer.KVCache` has), else by selecting rows of every tensor inside
+it (:func:`reorder_cache`). A ``cache.length`` property (positions cached so far) is part of
+the protocol for the models' own use. When ``model.cfg.max_len`` exists, decoding that would
+need more positions (decoder-only: the prompt and the new tokens) raises a ``ValueError``
+before anything runs.
 
 Every function takes ``use_cache``:
 
@@ -84,11 +87,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import math
 from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
+
+from lib.validate import check_bool, check_float, check_int, check_tensor
 
 __all__ = ["Generation", "greedy", "beam_search", "sample", "generate", "top_k_filter", "top_p_filter",
            "length_penalty", "apply_repetition_penalty", "block_repeated_ngrams", "reorder_cache",
@@ -113,26 +117,8 @@ class Generation:
 
 # ----------------------------------------------------------------------------- checks
 
-def _check_int(name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r})")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return value
-
-
-def _check_bool(name: str, value: Any) -> None:
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} must be True or False, got {type(value).__name__} ({value!r})")
-
-
 def _check_tokens(name: str, x: Any) -> None:
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor of token ids (B, T), got {type(x).__name__}")
-    if x.dim() != 2:
-        raise ValueError(f"{name} must be (batch, length), got shape {tuple(x.shape)}")
-    if x.dtype not in (torch.long, torch.int32):
-        raise TypeError(f"{name} must hold integer token ids, got dtype {x.dtype}")
+    check_tensor(name, x, dtype=(torch.long, torch.int32), dim=2, what="(batch, length) token ids")
     if x.shape[0] == 0 or x.shape[1] == 0:
         raise ValueError(f"{name} must not be empty, got shape {tuple(x.shape)}")
 
@@ -150,7 +136,7 @@ def is_decoder_only(model: Any) -> bool:
 def _pad_id(model: Any, pad_id: int | None) -> tuple[int, bool]:
     """The pad id and whether it is known (given, or the model's ``cfg.pad_id``) rather than the default 0."""
     if pad_id is not None:
-        _check_int("pad_id", pad_id, 0)
+        check_int("pad_id", pad_id, 0)
         return pad_id, True
     cfg = getattr(model, "cfg", None) or getattr(model, "config", None)
     value = getattr(cfg, "pad_id", None)
@@ -279,15 +265,11 @@ def _start(model, inputs, *, bos_id, pad_id, pad_known, src_key_padding_mask, ma
         _check_tokens("src", inputs)
         if bos_id is None:
             raise ValueError("an encoder-decoder model needs bos_id, the token decoding starts from")
-        _check_int("bos_id", bos_id, 0)
+        check_int("bos_id", bos_id, 0)
         if src_key_padding_mask is None:
             src_key_padding_mask = inputs != pad_id
-        if not isinstance(src_key_padding_mask, torch.Tensor) or src_key_padding_mask.dtype != torch.bool:
-            raise TypeError("src_key_padding_mask must be a bool tensor (True = real token), got "
-                            f"{getattr(src_key_padding_mask, 'dtype', type(src_key_padding_mask).__name__)}")
-        if src_key_padding_mask.shape != inputs.shape:
-            raise ValueError(f"src_key_padding_mask must have the shape of src {tuple(inputs.shape)}, "
-                             f"got {tuple(src_key_padding_mask.shape)}")
+        # True = real token; the shape of src
+        check_tensor("src_key_padding_mask", src_key_padding_mask, dtype="bool", shape=tuple(inputs.shape))
         memory = model.encode(inputs, src_key_padding_mask)
         memory = memory.repeat_interleave(repeat, dim=0)
         mask = src_key_padding_mask.repeat_interleave(repeat, dim=0)
@@ -304,8 +286,7 @@ def _start(model, inputs, *, bos_id, pad_id, pad_known, src_key_padding_mask, ma
 # ----------------------------------------------------------------------------- repetition control
 
 def _check_logits(logits: Any) -> None:
-    if not isinstance(logits, torch.Tensor) or not logits.is_floating_point():
-        raise TypeError("logits must be a floating-point torch.Tensor")
+    check_tensor("logits", logits, dtype="float")
 
 
 def apply_repetition_penalty(logits: torch.Tensor, context: torch.Tensor, penalty: float) -> torch.Tensor:
@@ -313,7 +294,7 @@ def apply_repetition_penalty(logits: torch.Tensor, context: torch.Tensor, penalt
     the logit in ``logits`` (N, V) is divided by ``penalty`` if positive and multiplied by it if
     negative. Returns a new tensor."""
     _check_logits(logits)
-    _check_penalty(penalty)
+    check_float("repetition_penalty", penalty, positive=True)
     if context.shape[1] == 0 or penalty == 1.0:
         return logits
     seen = logits.gather(1, context)
@@ -326,7 +307,7 @@ def block_repeated_ngrams(logits: torch.Tensor, context: torch.Tensor, n: int) -
     in its row of ``context`` (N, t): the last ``n - 1`` tokens followed by that token. ``n = 1``
     forbids every token already present. Returns a new tensor."""
     _check_logits(logits)
-    _check_int("no_repeat_ngram_size", n, 1)
+    check_int("no_repeat_ngram_size", n, 1)
     out = logits.clone()
     for row, ids in enumerate(context.tolist()):
         L = len(ids)
@@ -339,19 +320,12 @@ def block_repeated_ngrams(logits: torch.Tensor, context: torch.Tensor, n: int) -
     return out
 
 
-def _check_penalty(penalty: Any) -> None:
-    if isinstance(penalty, bool) or not isinstance(penalty, (int, float)):
-        raise TypeError(f"repetition_penalty must be a float > 0 (1.0 = off), got {type(penalty).__name__}")
-    if not (penalty > 0 and math.isfinite(penalty)):
-        raise ValueError(f"repetition_penalty must be a finite number > 0 (1.0 = off), got {penalty}")
-
-
 def _controls(repetition_penalty, no_repeat_ngram_size) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
     """Check the repetition options and return ``f(logits, context) -> logits``."""
     if repetition_penalty is not None:
-        _check_penalty(repetition_penalty)
+        check_float("repetition_penalty", repetition_penalty, positive=True)
     if no_repeat_ngram_size is not None:
-        _check_int("no_repeat_ngram_size", no_repeat_ngram_size, 1)
+        check_int("no_repeat_ngram_size", no_repeat_ngram_size, 1)
 
     def apply(logits, context):
         if repetition_penalty is not None and repetition_penalty != 1.0:
@@ -366,9 +340,8 @@ def _controls(repetition_penalty, no_repeat_ngram_size) -> Callable[[torch.Tenso
 
 def top_k_filter(logits: torch.Tensor, k: int) -> torch.Tensor:
     """Keep the ``k`` largest logits of the last dimension; set the rest to ``-inf``."""
-    _check_int("top_k", k, 1)
-    if not isinstance(logits, torch.Tensor) or not logits.is_floating_point():
-        raise TypeError("logits must be a floating-point torch.Tensor")
+    check_int("top_k", k, 1)
+    _check_logits(logits)
     k = min(k, logits.shape[-1])
     kth = torch.topk(logits, k, dim=-1).values[..., -1:]
     return logits.masked_fill(logits < kth, float("-inf"))
@@ -380,12 +353,8 @@ def top_p_filter(logits: torch.Tensor, p: float) -> torch.Tensor:
     A token is dropped when the tokens more likely than it already reach ``p``; the most likely
     token is always kept. The rest get ``-inf``.
     """
-    if isinstance(p, bool) or not isinstance(p, (int, float)):
-        raise TypeError(f"top_p must be a float in (0, 1], got {type(p).__name__}")
-    if not 0.0 < p <= 1.0:
-        raise ValueError(f"top_p must be in (0, 1], got {p}")
-    if not isinstance(logits, torch.Tensor) or not logits.is_floating_point():
-        raise TypeError("logits must be a floating-point torch.Tensor")
+    check_float("top_p", p, positive=True, maximum=1.0)
+    _check_logits(logits)
     sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
     probs = sorted_logits.softmax(dim=-1)
     before = probs.cumsum(dim=-1) - probs            # probability of the strictly more likely tokens
@@ -401,12 +370,12 @@ def _prepare(model, inputs, *, bos_id, eos_id, pad_id, max_new_tokens, min_new_t
     is_decoder_only(model)
     pad_id, pad_known = _pad_id(model, pad_id)
     if eos_id is not None:
-        _check_int("eos_id", eos_id, 0)
-    _check_int("max_new_tokens", max_new_tokens, 1)
-    _check_int("min_new_tokens", min_new_tokens, 0)
+        check_int("eos_id", eos_id, 0)
+    check_int("max_new_tokens", max_new_tokens, 1)
+    check_int("min_new_tokens", min_new_tokens, 0)
     if min_new_tokens > max_new_tokens:
         raise ValueError(f"min_new_tokens={min_new_tokens} is larger than max_new_tokens={max_new_tokens}")
-    _check_bool("use_cache", use_cache)
+    check_bool("use_cache", use_cache)
     controls = _controls(repetition_penalty, no_repeat_ngram_size)
     stepper = _start(model, inputs, bos_id=bos_id, pad_id=pad_id, pad_known=pad_known,
                      src_key_padding_mask=src_key_padding_mask, max_new_tokens=max_new_tokens,
@@ -472,13 +441,9 @@ def sample(model, inputs: torch.Tensor, *, eos_id: int | None, max_new_tokens: i
     ``top_k`` is applied before ``top_p`` when both are given. With the same seeded
     ``generator`` the result is the same, with or without the cache. Returns a :class:`Generation`.
     """
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
-        raise TypeError(f"temperature must be a positive float, got {type(temperature).__name__}")
-    if not temperature > 0 or math.isinf(temperature):
-        raise ValueError(f"temperature must be a finite number > 0, got {temperature} "
-                         "(use greedy() for the temperature-0 limit)")
+    check_float("temperature", temperature, positive=True)     # the temperature-0 limit is greedy()
     if top_k is not None:
-        _check_int("top_k", top_k, 1)
+        check_int("top_k", top_k, 1)
     if top_p is not None:
         top_p_filter(torch.zeros(1), top_p)          # validates p
     if generator is not None and not isinstance(generator, torch.Generator):
@@ -532,15 +497,12 @@ def beam_search(model, inputs: torch.Tensor, *, eos_id: int, max_new_tokens: int
     """
     if eos_id is None:
         raise ValueError("beam_search needs an eos_id (use greedy(..., eos_id=None) for forced-length decoding)")
-    _check_int("num_beams", num_beams, 1)
-    _check_int("num_return_sequences", num_return_sequences, 1)
+    check_int("num_beams", num_beams, 1)
+    check_int("num_return_sequences", num_return_sequences, 1)
     if num_return_sequences > num_beams:
         raise ValueError(f"num_return_sequences={num_return_sequences} must be <= num_beams={num_beams}")
-    if isinstance(length_penalty_alpha, bool) or not isinstance(length_penalty_alpha, (int, float)):
-        raise TypeError(f"length_penalty_alpha must be a float, got {type(length_penalty_alpha).__name__}")
-    if not math.isfinite(length_penalty_alpha):
-        raise ValueError(f"length_penalty_alpha must be finite, got {length_penalty_alpha}")
-    _check_bool("early_stopping", early_stopping)
+    check_float("length_penalty_alpha", length_penalty_alpha)
+    check_bool("early_stopping", early_stopping)
     stepper, pad_id, controls = _prepare(
         model, inputs, bos_id=bos_id, eos_id=eos_id, pad_id=pad_id, max_new_tokens=max_new_tokens,
         min_new_tokens=min_new_tokens, use_cache=use_cache, src_key_padding_mask=src_key_padding_mask,

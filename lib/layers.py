@@ -35,17 +35,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from lib.validate import check_int
+
 __all__ = ["sinusoidal_positional_encoding", "shift_matrix", "PositionalEncoding",
            "PositionwiseFeedForward", "ResidualBlock", "layer_norm", "num_parameters", "ACTIVATIONS"]
 
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"relu": F.relu, "gelu": F.gelu}
-
-
-def _check_positive_int(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < 1:
-        raise ValueError(f"{name} must be positive, got {value}")
 
 
 def _frequencies(d_model: int) -> torch.Tensor:
@@ -60,8 +55,8 @@ def sinusoidal_positional_encoding(max_len: int, d_model: int) -> torch.Tensor:
     Even columns hold sines, odd columns cosines, of ``pos * omega_i``. An odd ``d_model`` is
     allowed (the last column is a sine).
     """
-    _check_positive_int("max_len", max_len)
-    _check_positive_int("d_model", d_model)
+    check_int("max_len", max_len, 1)
+    check_int("d_model", d_model, 1)
     pos = torch.arange(max_len, dtype=torch.float64)[:, None]
     angles = pos * _frequencies(d_model)[None, :]            # (max_len, ceil(d/2))
     pe = torch.zeros(max_len, d_model, dtype=torch.float64)
@@ -77,9 +72,8 @@ def shift_matrix(k: int, d_model: int) -> torch.Tensor:
     sin(a + b) = sin a cos b + cos a sin b,  cos(a + b) = cos a cos b - sin a sin b.
     It depends on ``k`` only, not on ``pos``.
     """
-    if not isinstance(k, int) or isinstance(k, bool):
-        raise TypeError(f"k must be an int, got {type(k).__name__}")
-    _check_positive_int("d_model", d_model)
+    check_int("k", k)
+    check_int("d_model", d_model, 1)
     if d_model % 2:
         raise ValueError(f"d_model must be even for the (sin, cos) pairs, got {d_model}")
     m = torch.zeros(d_model, d_model, dtype=torch.float64)
@@ -102,8 +96,8 @@ class PositionalEncoding(nn.Module):
 
     def __init__(self, d_model: int, max_len: int = 512, dropout: float = 0.0):
         super().__init__()
-        _check_positive_int("d_model", d_model)
-        _check_positive_int("max_len", max_len)
+        check_int("d_model", d_model, 1)
+        check_int("max_len", max_len, 1)
         self.d_model, self.max_len = d_model, max_len
         self.dropout = nn.Dropout(dropout)
         self.register_buffer("pe", sinusoidal_positional_encoding(max_len, d_model), persistent=False)
@@ -127,8 +121,8 @@ class PositionwiseFeedForward(nn.Module):
 
     def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "relu"):
         super().__init__()
-        _check_positive_int("d_model", d_model)
-        _check_positive_int("d_ff", d_ff)
+        check_int("d_model", d_model, 1)
+        check_int("d_ff", d_ff, 1)
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
         self.activation = activation

@@ -44,6 +44,7 @@ from pathlib import Path
 import torch
 
 from lib.io import atomic_write
+from lib.validate import check_choice, check_int
 
 __all__ = [
     "SPECIAL_TOKENS", "SPECIAL_IDS", "train_tokenizer", "SubwordTokenizer", "WordVocab",
@@ -140,15 +141,12 @@ def train_tokenizer(texts: Iterable[str], kind: str = "bpe", vocab_size: int = 8
     (a small corpus may give fewer). ``min_frequency``: a merge must occur at least this
     often. The seven special tokens get ids 0..6 (:data:`SPECIAL_TOKENS`).
     """
-    if kind not in _KINDS:
-        raise ValueError(f"kind must be one of {', '.join(map(repr, _KINDS))}, got {kind!r}")
-    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int):
-        raise TypeError(f"vocab_size must be an int, got {type(vocab_size).__name__}")
+    check_choice("kind", kind, _KINDS)
+    check_int("vocab_size", vocab_size)
     if vocab_size <= len(SPECIAL_TOKENS):
         raise ValueError(f"vocab_size must be larger than the {len(SPECIAL_TOKENS)} special tokens, "
                          f"got {vocab_size}")
-    if isinstance(min_frequency, bool) or not isinstance(min_frequency, int) or min_frequency < 1:
-        raise ValueError(f"min_frequency must be a positive int, got {min_frequency!r}")
+    check_int("min_frequency", min_frequency, 1)
     if isinstance(texts, (str, bytes)):
         raise TypeError("texts must be an iterable of strings, got a single string; wrap it in a list")
     if not isinstance(texts, Iterable):
@@ -368,13 +366,11 @@ class WordVocab(_SpecialIds):
         if isinstance(token_lists, (str, bytes)) or not isinstance(token_lists, Iterable):
             raise TypeError(f"token_lists must be an iterable of token lists, got {type(token_lists).__name__}")
         if max_size is not None:
-            if isinstance(max_size, bool) or not isinstance(max_size, int):
-                raise TypeError(f"max_size must be an int or None, got {type(max_size).__name__}")
+            check_int("max_size", max_size, allow_none=True)
             if max_size < len(_SPECIAL_LIST):
                 raise ValueError(f"max_size must be at least {len(_SPECIAL_LIST)} (the special tokens), "
                                  f"got {max_size}")
-        if isinstance(min_freq, bool) or not isinstance(min_freq, int) or min_freq < 1:
-            raise ValueError(f"min_freq must be a positive int, got {min_freq!r}")
+        check_int("min_freq", min_freq, 1)
         counts: Counter = Counter()
         for i, toks in enumerate(token_lists):
             if isinstance(toks, str):
@@ -458,14 +454,6 @@ def _as_id_lists(name: str, seqs) -> list[list[int]]:
     return [_check_ids(f"{name}[{i}]", s) for i, s in enumerate(seqs)]
 
 
-def _check_int(name: str, value, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return value
-
-
 def pad_batch(seqs, pad_id: int = 0, max_len: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Right-pad id sequences into a ``(B, T)`` LongTensor; also return their lengths ``(B,)``.
 
@@ -476,9 +464,9 @@ def pad_batch(seqs, pad_id: int = 0, max_len: int | None = None) -> tuple[torch.
     seqs = _as_id_lists("seqs", seqs)
     if not seqs:
         raise ValueError("seqs is empty: cannot make a batch of zero sequences")
-    _check_int("pad_id", pad_id, 0)
+    check_int("pad_id", pad_id, 0)
     if max_len is not None:
-        _check_int("max_len", max_len, 1)
+        check_int("max_len", max_len, 1)
         seqs = [s[:max_len] for s in seqs]
     lengths = torch.tensor([len(s) for s in seqs], dtype=torch.long)
     T = int(lengths.max())
@@ -507,11 +495,11 @@ def pad_sequences(seqs, max_len: int | None = None, pad_id: int = 0, truncating:
     seqs = _as_id_lists("seqs", seqs)
     if not seqs:
         raise ValueError("seqs is empty: cannot pad zero sequences")
-    _check_int("pad_id", pad_id, 0)
+    check_int("pad_id", pad_id, 0)
     if max_len is None:
         max_len = max(len(s) for s in seqs)
     else:
-        _check_int("max_len", max_len, 1)
+        check_int("max_len", max_len, 1)
     out = torch.full((len(seqs), max_len), pad_id, dtype=torch.long)
     for i, s in enumerate(seqs):
         if len(s) > max_len:
@@ -544,11 +532,11 @@ def collate_pairs(pad_id: int = 0, bos_id: int = SPECIAL_IDS["bos"], eos_id: int
     tokenizer in :mod:`lib.text`.
     """
     for name, v in (("pad_id", pad_id), ("bos_id", bos_id), ("eos_id", eos_id)):
-        _check_int(name, v, 0)
+        check_int(name, v, 0)
     if max_src_len is not None:
-        _check_int("max_src_len", max_src_len, 1)
+        check_int("max_src_len", max_src_len, 1)
     if max_tgt_len is not None:
-        _check_int("max_tgt_len", max_tgt_len, 2)
+        check_int("max_tgt_len", max_tgt_len, 2)
 
     def collate(batch):
         if not isinstance(batch, Sequence) or not batch:

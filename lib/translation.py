@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from lib.text import simple_tokenize
+from lib.validate import check_int
 
 __all__ = ["DEFAULT_BUCKETS", "TranslationSplit", "is_held_out", "split_pairs", "bucket_name",
            "length_buckets", "corpus_bleu"]
@@ -30,14 +31,6 @@ DEFAULT_BUCKETS: tuple[tuple[int, int | None], ...] = ((1, 5), (6, 8), (9, 11), 
 Tokenize = Callable[[str], list[str]]
 
 
-def _check_count(name: str, value, minimum: int) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be None or an integer >= {minimum}, got {value!r}")
-    return value
-
-
 def is_held_out(sentence: str, every: int = 10) -> bool:
     """True for about one source sentence in ``every``, chosen by its CRC-32 checksum.
 
@@ -46,8 +39,7 @@ def is_held_out(sentence: str, every: int = 10) -> bool:
     """
     if not isinstance(sentence, str):
         raise TypeError(f"sentence must be a str, got {type(sentence).__name__}")
-    if isinstance(every, bool) or not isinstance(every, int) or every < 2:
-        raise ValueError(f"every must be an integer >= 2, got {every!r}")
+    check_int("every", every, 2)
     return zlib.crc32(sentence.encode("utf-8")) % every == 0
 
 
@@ -70,8 +62,8 @@ def split_pairs(rows: Iterable[Mapping[str, str]], *, tokenize: Tokenize = simpl
     ``max_tokens`` on either side are dropped; ``max_train_pairs`` keeps a random subset
     (``torch.randperm`` seeded with ``seed``, in that random order) for the small CI recipe.
     """
-    max_tokens = _check_count("max_tokens", max_tokens, 1)
-    max_train_pairs = _check_count("max_train_pairs", max_train_pairs, 0)
+    max_tokens = check_int("max_tokens", max_tokens, 1, allow_none=True)
+    max_train_pairs = check_int("max_train_pairs", max_train_pairs, 0, allow_none=True)
     train_pairs: list[tuple[list[str], list[str]]] = []
     references: dict[str, list[str]] = {}
     for i, row in enumerate(rows):
@@ -123,7 +115,7 @@ def length_buckets(references: Mapping[str, Sequence[str]], *, tokenize: Tokeniz
     left out.
     """
     buckets = _check_buckets(buckets)
-    per_bucket = _check_count("per_bucket", per_bucket, 1)
+    per_bucket = check_int("per_bucket", per_bucket, 1, allow_none=True)
     sets: dict[str, list[tuple[str, list[str]]]] = {bucket_name(lo, hi): [] for lo, hi in buckets}
     for src, refs in sorted(references.items()):
         if not refs:

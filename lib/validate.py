@@ -125,7 +125,7 @@ def check_tensor(name: str, x: Any, *, dtype: str | torch.dtype | Sequence[torch
     dtype    ``"float"`` (any floating point), ``"int"`` (any integer type), ``"bool"``, a
              ``torch.dtype`` or a tuple of them.
     dim      the exact number of dimensions; ``min_dim``: at least that many.
-    shape    the exact shape, ``None`` where any size goes (implies ``dim=len(shape)``).
+    shape    the exact shape, ``None`` where any size goes (so also the number of dims).
     what     how the dimensions read in a message, e.g. ``"(batch, time)"``.
 
     ``TypeError`` when ``x`` is not a tensor or has the wrong dtype, ``ValueError`` for the shape.
@@ -144,12 +144,11 @@ def check_tensor(name: str, x: Any, *, dtype: str | torch.dtype | Sequence[torch
             if x.dtype not in allowed:
                 raise TypeError(f"{name} must have dtype {' or '.join(str(d) for d in allowed)}, got {x.dtype}")
     if shape is not None:
-        dim = len(shape)
-    if dim is not None and x.dim() != dim:
+        if x.dim() != len(shape) or any(s is not None and s != n for s, n in zip(shape, x.shape)):
+            want = "(" + ", ".join("*" if s is None else str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
+            raise ValueError(f"{name} must have shape {what + '=' if what else ''}{want}, got {tuple(x.shape)}")
+    elif dim is not None and x.dim() != dim:
         raise ValueError(f"{name} must be {what or f'{dim}-D'}, got shape {tuple(x.shape)}")
     if min_dim is not None and x.dim() < min_dim:
         raise ValueError(f"{name} must have at least {min_dim} dimensions, got shape {tuple(x.shape)}")
-    if shape is not None and any(s is not None and s != n for s, n in zip(shape, x.shape)):
-        want = "(" + ", ".join("*" if s is None else str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
-        raise ValueError(f"{name} must have shape {what + '=' if what else ''}{want}, got {tuple(x.shape)}")
     return x

@@ -103,7 +103,7 @@ def test_each_model_overfits_one_small_batch(attention):
 
 @pytest.mark.parametrize("tokens, lengths, error, words", [
     (torch.zeros(4, dtype=torch.long), torch.tensor([4]), ValueError, "(batch, seq_len)"),
-    (torch.zeros(2, 4), torch.tensor([4, 4]), TypeError, "integer"),
+    (torch.zeros(2, 4), torch.tensor([4, 4]), TypeError, "tokens must have dtype torch.int64"),
     (torch.zeros(2, 4, dtype=torch.long), torch.tensor([4, 4, 4]), ValueError, "shape (batch,)"),
     (torch.zeros(2, 4, dtype=torch.long), torch.tensor([[4, 4]]), ValueError, "shape (batch,)"),
     (torch.zeros(2, 4, dtype=torch.long), torch.tensor([4., 4.]), TypeError, "lengths"),

@@ -355,7 +355,7 @@ def test_torch_loader_shuffles_reproducibly_and_collates():
 
 
 def test_torch_loader_checks_its_arguments():
-    with pytest.raises(ValueError, match="batch_size must be an int"):
+    with pytest.raises(ValueError, match="batch_size must be >= 1, got 0"):
         data.torch_loader([1, 2, 3], batch_size=0)
     with pytest.raises(TypeError, match="source"):
         data.torch_loader(iter([1, 2, 3]), batch_size=2)

@@ -124,8 +124,10 @@ def test_seed_everything_repeats_python_numpy_and_torch(restore_determinism):
 
 
 def test_seed_everything_rejects_bad_seeds():
-    for bad in (-1, 1.5, "0", True):
-        with pytest.raises(ValueError, match="seed must be a non-negative int"):
+    with pytest.raises(ValueError, match="seed must be >= 0, got -1"):
+        D.seed_everything(-1)
+    for bad in (1.5, "0", True):
+        with pytest.raises(TypeError, match="seed must be an int"):
             D.seed_everything(bad)
 
 

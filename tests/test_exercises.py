@@ -103,7 +103,9 @@ def test_prove_detects_broken_sets(tmp_path, capsys):
     assert rc == 1
     assert "solution line leaked" in out and "positions[None, :] < lengths[:, None]" in out
     assert "question q2 has no hidden test" in out
-    assert "wrong:actually_right scored 7/7" in out
+    assert "wrong:actually_right: expected strictly between 0 and 100 %; scored 7/7" in out
+    assert "full marks on the question(s) it answers wrongly: q3" in out
+    assert "no 'stub' entry" in out and "question q1 has no recorded wrong answer" in out
 
 
 def test_leak_detector_reads_outputs_and_metadata(dist, tmp_path):
@@ -197,16 +199,124 @@ def graded(dist, tmp_path_factory):
             "q3_answer = _Yes('z')\n"))
     _variant(blank, sub / "cheater.ipynb", cheats)
     (sub / "not_a_notebook.ipynb").write_text("{ this is not json")
-
     csv_path = sub / "grades.csv"
+    _attacks(blank, sub, m.zip_path(dist), csv_path)
+
     t0 = time.monotonic()
     rc = E.main(["grade", str(sub), "--autograder", str(m.zip_path(dist)), "--timeout", str(TIMEOUT),
                  "--out", str(csv_path), "--jobs", "2"])
     elapsed = time.monotonic() - t0
     assert rc == 0
     with open(csv_path, newline="") as f:
-        rows = {r["file"]: r for r in csv.DictReader(f)}
+        rows = {r["file"]: {**r, "_csv": str(csv_path)} for r in csv.DictReader(f)}
     return rows, elapsed
+
+
+# ----------------------------------------------------------------------------- attacks
+# Each hostile submission below worked against the previous grader (issue 10). Every one answers
+# q3 ("b" is right) ONLY when its attack succeeded, so q3 = 0 proves the attack failed; their
+# other answers are blank. The zip, the grader and the CSV paths are written into the notebooks:
+# an attacker that knows them must still not reach them.
+
+ATTACKS = ("proc_cmdline", "pre_run_cell_hook", "json_dumps", "input_transformer", "detached_rewriter")
+MARKER = "ATTACK-DETACHED-7f3a"
+
+
+def _attacks(blank: Path, sub: Path, zip_path: Path, csv_path: Path) -> None:
+    paths = (f"ZIP = {str(zip_path)!r}\nGRADER = {str(ROOT / 'tools' / 'exercises.py')!r}\n"
+             f"CSV = {str(csv_path)!r}\n")
+    code = {
+        # read every hidden test from the autograder zip, found through /proc/<ppid>/cmdline
+        # (or any process's), or at its known path; the grader's own source; print them to the notes
+        "proc_cmdline": paths + """
+import os, zipfile, re
+found = []
+for pid in [os.getppid()] + [p for p in os.listdir('/proc') if p.isdigit()]:
+    try:
+        cmd = open(f'/proc/{pid}/cmdline', 'rb').read().decode(errors='replace')
+    except OSError:
+        continue
+    found += re.findall(r'[^\\x00 ]+autograder[^\\x00 ]*\\.zip', cmd)
+stolen = ''
+for z in found + [ZIP]:
+    try:
+        with zipfile.ZipFile(z) as f:
+            stolen += ''.join(f.read(n).decode() for n in f.namelist() if n.startswith('tests/'))
+    except Exception:
+        pass
+try:
+    stolen += open(GRADER).read()
+except OSError:
+    pass
+q3_answer = 'b' if stolen else 'a'
+if stolen:
+    raise RuntimeError('LEAKED ' + stolen[:3000])
+""",
+        # capture each test file (and its nonce) with an IPython pre_run_cell hook
+        "pre_run_cell_hook": """
+import json
+seen = []
+def _hook(info):
+    seen.append(info.raw_cell)
+    if any('def test_' in c or 'assert ' in c for c in seen):
+        get_ipython().user_ns['q3_answer'] = 'b'
+get_ipython().events.register('pre_run_cell', _hook)
+q3_answer = 'a'
+""",
+        # patch json.dumps so that whatever the grader serialises reads as 'all passed'
+        "json_dumps": """
+import json
+_real = json.dumps
+def _fake(obj, *a, **k):
+    if isinstance(obj, dict) and 'results' in obj:
+        obj = {'results': [[r[0], True, ''] for r in obj['results']], 'tampered': []}
+    if isinstance(obj, dict) and 'value' in obj:
+        obj = {'value': True}
+    return _real(obj, *a, **k)
+json.dumps = _fake
+q3_answer = 'a'
+""",
+        # rewrite the grader's calls with an IPython input transformer: answer every request 'passed'
+        "input_transformer": """
+import re
+def _rewrite(lines):
+    src = ''.join(lines)
+    m = re.search(r"(@@[A-Z]+-[0-9a-f]+@@)", src)
+    if src.startswith('_grader_') and m:
+        n = m.group(1)
+        ok = '{"results": [["x", true, ""]], "tampered": []}'
+        return [f"print('\\\\n' + {n!r} + {ok!r})\\n"]
+    return lines
+get_ipython().input_transformers_post.append(_rewrite)
+q3_answer = 'a'
+""",
+        # leave a detached process that rewrites the CSV after grading (console 0, CSV 100 %)
+        "detached_rewriter": paths + f"""
+import subprocess
+loop = ('while true; do printf "file,q1,q2,q3,total,possible,percent,notes\\\\nhacked.ipynb,4,2,1,7,7,100.0,\\\\n" > "$0";'
+        ' sleep 0.2; done')
+subprocess.Popen(['/bin/sh', '-c', loop, CSV, '{MARKER}'], start_new_session=True,
+                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+q3_answer = 'a'
+""",
+    }
+    assert set(code) == set(ATTACKS)
+    for name, src in code.items():
+        def add(nb, src=src):
+            nb.cells.append(nbformat.v4.new_code_cell(src))
+        _variant(blank, sub / f"attack_{name}.ipynb", add)
+
+
+def _marker_processes() -> list[int]:
+    out = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                if MARKER.encode() in (p / "cmdline").read_bytes():
+                    out.append(int(p.name))
+            except OSError:
+                pass
+    return out
 
 
 def _scores(row):
@@ -222,8 +332,8 @@ def test_grader_csv_has_one_row_per_submission(graded):
         print(r)
     assert set(rows) == {"solution.ipynb", "blank.ipynb", "loop_cell.ipynb", "loop_in_tests.ipynb",
                          "ignores_interrupt.ipynb", "raises.ipynb", "os_exit.ipynb", "cheater.ipynb",
-                         "not_a_notebook.ipynb"}
-    assert list(next(iter(rows.values())).keys()) == ["file", "q1", "q2", "q3", "total", "possible",
+                         "not_a_notebook.ipynb", *(f"attack_{a}.ipynb" for a in ATTACKS)}
+    assert [k for k in next(iter(rows.values())) if k != "_csv"] == ["file", "q1", "q2", "q3", "total", "possible",
                                                       "percent", "notes"]
     # Not a speed test: four submissions never finish a cell on their own, so an unbounded
     # grading run would hang. The bound is far above the ~2 minutes it takes on 2 cores.
@@ -263,7 +373,62 @@ def test_grader_cannot_be_fooled(graded):
     rows, _ = graded
     r = rows["cheater.ipynb"]
     assert float(r["total"]) == 0, r
-    assert "grading environment modified" in r["notes"]
+
+
+@pytest.mark.parametrize("attack", ATTACKS)
+def test_attack_fails(graded, attack):
+    """Each attack of issue 10 scores 0 (its q3 is right only if the attack worked) and leaks nothing."""
+    rows, _ = graded
+    r = rows[f"attack_{attack}.ipynb"]
+    assert float(r["total"]) == 0, r
+    assert "LEAKED" not in r["notes"] and "def test_" not in r["notes"], r["notes"]
+    if attack == "proc_cmdline":   # the reads failed inside the sandbox, the notebook ran on
+        assert r["notes"].count("tests failed") == 3, r["notes"]
+
+
+def test_attack_detached_process_is_killed_and_csv_intact(graded):
+    """The detached rewriter died with its sandbox before the CSV was written; the CSV stays true."""
+    rows, _ = graded
+    assert _marker_processes() == [], "a process started by a submission outlived its grading"
+    time.sleep(1.0)   # the rewriter loops every 0.2 s: had it survived, it would have struck by now
+    assert "hacked.ipynb" not in rows
+    csv_path = next(iter(rows.values()))["_csv"]
+    with open(csv_path, newline="") as f:
+        again = {r["file"]: r for r in csv.DictReader(f)}
+    assert set(again) == set(rows) and again["attack_detached_rewriter.ipynb"]["percent"] == "0.0"
+
+
+def test_sandbox_hides_files_network_and_kills_tree(tmp_path):
+    """The kernel sees no grader file and no network, cannot write outside its box, and its whole
+    process tree (including a detached, new-session child) dies with it."""
+    box = tmp_path / "box"
+    k = E.Kernel(box)
+    try:
+        probes = {
+            "grader": f"open({str(ROOT / 'tools' / 'exercises.py')!r})",
+            "lib": "import lib",
+            "network": "import socket; socket.create_connection(('1.1.1.1', 53), timeout=2)",
+            "write_etc": "open('/etc/attack', 'w')",
+            "write_checkout": f"open({str(ROOT / 'attack.txt')!r}, 'w')",
+        }
+        for what, code in probes.items():
+            r = k.execute(code, 20)
+            assert r.status == "error", (what, r)
+        r = k.execute("open('inside.txt', 'w').write('ok')", 20)
+        assert r.status == "ok" and (box / "work" / "inside.txt").read_text() == "ok"
+        # the sandbox's /tmp is private: a write next to its box lands there, not on the host
+        r = k.execute(f"open({str(tmp_path / 'outside.txt')!r}, 'w').write('x')", 20)
+        assert not (tmp_path / "outside.txt").exists()
+        r = k.execute("import os; print(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))", 20)
+        assert r.status == "ok" and max(eval(r.stdout.strip())) < 100, "the sandbox sees the host's processes"
+        r = k.execute("import subprocess; subprocess.Popen(['/bin/sh', '-c', 'sleep 300', '" + MARKER + "'], "
+                      "start_new_session=True)", 20)
+        assert r.status == "ok" and _marker_processes(), "the child should be running while the kernel lives"
+    finally:
+        k.kill()
+    assert k.ns and E.processes_in_ns(k.ns) == []
+    assert _marker_processes() == []
+    assert not (ROOT / "attack.txt").exists()
 
 
 def test_sanitize_drops_only_otter_calls():
@@ -271,3 +436,13 @@ def test_sanitize_drops_only_otter_calls():
     out = E._sanitize(src).splitlines()
     assert out[2] == "x = 1" and out[4] == "print(x)"
     assert all("removed by the grader" in out[i] for i in (0, 1, 3)) and out[3].startswith("  pass")
+
+
+def test_grader_never_kills_its_own_pid_namespace():
+    """kill() SIGKILLs every process of a sandbox's PID namespace: the grader's own must be refused."""
+    import os
+    own = E._pid_ns(os.getpid())
+    with pytest.raises(RuntimeError, match="own PID namespace"):
+        E.processes_in_ns(own)
+    with pytest.raises(RuntimeError):
+        E.processes_in_ns("")

@@ -26,15 +26,15 @@ IDS = ["attention-gru", "fixed-gru", "attention-lstm", "fixed-lstm"]
 
 # ----------------------------------------------------------------------------- config and batching
 
-@pytest.mark.parametrize("kw, match", [
-    (dict(src_vocab_size=0), "src_vocab_size must be a positive int"),
-    (dict(hidden_dim=1.5), "hidden_dim must be a positive int"),
-    (dict(cell="rnn"), "cell must be 'gru' or 'lstm'"),
-    (dict(dropout=1.0), r"dropout must be in \[0, 1\)"),
+@pytest.mark.parametrize("kw, exc, match", [
+    (dict(src_vocab_size=0), ValueError, "Seq2SeqConfig.src_vocab_size must be >= 1"),
+    (dict(hidden_dim=1.5), TypeError, "Seq2SeqConfig.hidden_dim must be an int"),
+    (dict(cell="rnn"), ValueError, "Seq2SeqConfig.cell must be one of 'gru', 'lstm'"),
+    (dict(dropout=1.0), ValueError, r"Seq2SeqConfig.dropout must be in \[0, 1\)"),
 ])
-def test_config_errors(kw, match):
+def test_config_errors(kw, exc, match):
     args = dict(src_vocab_size=V, tgt_vocab_size=V) | kw
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(exc, match=match):
         S.Seq2SeqConfig(**args)
 
 
@@ -195,7 +195,7 @@ def test_greedy_decode_shapes_and_eos_handling():
     fixed = make(False)
     tokens_f, w_f = fixed.greedy_decode(src, None, max_len=5)        # lengths from the padding
     assert w_f is None and tokens_f.shape[0] == len(PAIRS) and tokens_f.shape[1] <= 5
-    with pytest.raises(ValueError, match="max_len must be a positive int"):
+    with pytest.raises(ValueError, match="max_len must be >= 1"):
         model.greedy_decode(src, src_len, max_len=0)
 
 
@@ -216,11 +216,11 @@ def test_wrong_inputs_raise_clear_errors():
     src, src_len, tgt_in, tgt_out = S.collate(PAIRS, model.cfg)
     with pytest.raises(ValueError, match=r"src must be \(batch, time\)"):
         model(src[0], src_len[:1], tgt_in[:1])
-    with pytest.raises(TypeError, match="src must hold integer token ids"):
+    with pytest.raises(TypeError, match="src must have dtype torch.int64 or torch.int32"):
         model(src.float(), src_len, tgt_in)
     with pytest.raises(TypeError, match="src must be a torch.Tensor"):
         model(src.tolist(), src_len, tgt_in)
-    with pytest.raises(ValueError, match=r"src_len must be \(batch,\)"):
+    with pytest.raises(ValueError, match=r"src_len must have shape \(batch,\)=\(5,\)"):
         model(src, src_len[:2], tgt_in)
     with pytest.raises(ValueError, match="src_len must be between 1 and the padded source length"):
         model(src, src_len + 10, tgt_in)

@@ -26,9 +26,10 @@ def test_is_held_out_uses_the_checksum_of_the_sentence():
     assert sum(tr.is_held_out(s, every=4) for s in sentences) > 400
 
 
-@pytest.mark.parametrize("bad", [1, 0, -3, 2.0, True])
-def test_is_held_out_rejects_bad_every(bad):
-    with pytest.raises(ValueError, match="every"):
+@pytest.mark.parametrize("bad, exc", [(1, ValueError), (0, ValueError), (-3, ValueError), (2.0, TypeError),
+                                      (True, TypeError)])
+def test_is_held_out_rejects_bad_every(bad, exc):
+    with pytest.raises(exc, match="every"):
         tr.is_held_out("x", every=bad)
 
 
@@ -80,9 +81,10 @@ def test_split_rejects_malformed_rows(rows, match):
         tr.split_pairs(rows)
 
 
-@pytest.mark.parametrize("kwargs", [dict(max_tokens=0), dict(max_train_pairs=-1), dict(max_tokens=2.5)])
-def test_split_rejects_bad_limits(kwargs):
-    with pytest.raises(ValueError, match=next(iter(kwargs))):
+@pytest.mark.parametrize("kwargs, exc", [(dict(max_tokens=0), ValueError), (dict(max_train_pairs=-1), ValueError),
+                                         (dict(max_tokens=2.5), TypeError)])
+def test_split_rejects_bad_limits(kwargs, exc):
+    with pytest.raises(exc, match=next(iter(kwargs))):
         tr.split_pairs(_rows(), **kwargs)
 
 

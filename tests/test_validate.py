@@ -113,3 +113,5 @@ def test_check_tensor_shapes():
         V.check_tensor("lengths", torch.zeros(2), shape=(5,))
     with pytest.raises(ValueError, match=r"x must have shape \(\*, 4\), got \(2, 3\)"):
         V.check_tensor("x", x, shape=(None, 4))
+    with pytest.raises(ValueError, match=r"lengths must have shape \(batch,\)=\(2,\), got \(1, 2\)"):
+        V.check_tensor("lengths", torch.zeros(1, 2), shape=(2,), what="(batch,)")

@@ -6,13 +6,16 @@
     python tools/exercises.py grade SUBMISSIONS_DIR --autograder ZIP [--timeout S] [--out grades.csv]
 
 No Docker, no PDFs, no network. Grading drives a Jupyter kernel cell by cell (per-cell time limit,
-interrupt then kill, replay without a cell that killed the kernel) and runs each question's
-otter test file (``otter.test_files``) in its own execution, so one broken question costs only
-its own points.
+interrupt then kill, replay without a cell that killed the kernel). The kernel runs in a bubblewrap
+sandbox (no network, read-only system + Python only, its own temporary folder, its own PID
+namespace killed when its grading ends). Each question's otter test file (``otter.test_files``)
+runs in the grader, with the notebook's names fetched as data or proxies, so tests, expected values
+and verdicts never enter the student's process; one broken question costs only its own points.
 """
 from __future__ import annotations
 
 import argparse
+import base64
 import concurrent.futures as cf
 import contextlib
 import csv
@@ -24,6 +27,7 @@ import queue
 import re
 import secrets
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -320,6 +324,103 @@ def test_file(q: str, src: str):
     return ExceptionTestFile.from_string(src, path=f"tests/{q}.py")
 
 
+# ============================================================================ the sandbox
+
+
+class SandboxUnavailable(RuntimeError):
+    pass
+
+
+def _python_paths() -> tuple[str, list[str]]:
+    """(interpreter path to run in the sandbox, read-only folders it needs: base Python + venv)."""
+    venv = Path(sys.prefix).resolve()
+    exe = venv / "bin" / "python"
+    if not exe.exists():
+        exe = Path(sys.executable).resolve()
+    dirs = {str(Path(sys.base_prefix).resolve()), str(venv)}
+    return str(exe), sorted(dirs)
+
+
+def sandbox_argv(box: Path, command: list[str], env: dict[str, str], memory_bytes: int | None = None) -> list[str]:
+    """bubblewrap command line running ``command`` with no network, its own PID/IPC/UTS namespaces,
+    a read-only view of the system and Python folders only, a private /tmp, and ``box`` (its own
+    temporary folder) as the one writable place. The process tree dies with the grader."""
+    bwrap = shutil.which("bwrap")
+    if not bwrap:
+        raise SandboxUnavailable("bubblewrap (bwrap) is not installed; the grader runs every notebook in it "
+                                 "(Debian: apt-get install bubblewrap)")
+    argv = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--clearenv"]
+    for p in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc"):
+        if os.path.islink(p):
+            argv += ["--symlink", os.readlink(p), p]
+        elif os.path.exists(p):
+            argv += ["--ro-bind", p, p]
+    _, pydirs = _python_paths()
+    for d in pydirs:
+        argv += ["--ro-bind", d, d]
+    argv += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--bind", str(box), str(box),
+             "--chdir", str(box / "work")]
+    for k, v in env.items():
+        argv += ["--setenv", k, v]
+    argv += ["--"]
+    if memory_bytes and shutil.which("prlimit"):
+        argv += [shutil.which("prlimit"), f"--as={memory_bytes}", "--"]
+    return argv + command
+
+
+def _pid_ns(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return None
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            if ppid == pid:
+                out.append(int(d))
+    return out
+
+
+def processes_in_ns(ns: str) -> list[int]:
+    """Host PIDs of the live processes in the PID namespace ``ns`` (as read from /proc/PID/ns/pid).
+    Never the grader's own namespace: these processes get killed."""
+    if not ns or ns == _pid_ns(os.getpid()):
+        raise RuntimeError(f"refusing to treat the grader's own PID namespace {ns!r} as a sandbox")
+    return [int(d) for d in os.listdir("/proc") if d.isdigit() and _pid_ns(int(d)) == ns]
+
+
+# every sandbox PID namespace this process created; grade_dir waits for all of them to be empty
+_SANDBOXES: set[str] = set()
+_SANDBOXES_LOCK = __import__("threading").Lock()
+
+
+def reap_sandboxes(wait: float = 10.0) -> list[int]:
+    """Wait until no process is left in any sandbox we started (SIGKILL stragglers); return survivors."""
+    deadline = time.monotonic() + wait
+    with _SANDBOXES_LOCK:
+        spaces = set(_SANDBOXES)
+    while True:
+        alive = [p for ns in spaces for p in processes_in_ns(ns)]
+        if not alive:
+            with _SANDBOXES_LOCK:
+                _SANDBOXES.difference_update(spaces)
+            return []
+        if time.monotonic() > deadline:
+            return alive
+        for p in alive:
+            with contextlib.suppress(OSError):
+                os.kill(p, 9)
+        time.sleep(0.1)
+
+
 # ============================================================================ the kernel
 
 
@@ -332,24 +433,55 @@ class ExecResult:
 
 
 class Kernel:
-    """A Python kernel (the interpreter running this script) driven one execution at a time."""
+    """A Python kernel (this interpreter's venv) inside the sandbox, driven one execution at a time.
 
-    MAX_STDOUT = 2_000_000   # characters of stdout kept per execution (a printing loop cannot eat memory)
+    ``box``: the kernel's own temporary folder (``box/work`` is its working directory, ``box/kernel``
+    holds the connection file and sockets); nothing else is writable or even visible to it except
+    the system and Python folders (read-only).
+    """
 
-    def __init__(self, cwd: Path, startup_timeout: float = 120):
+    MAX_STDOUT = 64_000_000   # characters of stdout kept per execution (a printing loop cannot eat memory)
+    MEMORY = 6 * 2**30        # address-space limit of the kernel process (bytes)
+
+    def __init__(self, box: Path, startup_timeout: float = 120):
         from jupyter_client.manager import KernelManager
 
-        env = os.environ.copy()
-        env.update(OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "1"), MPLBACKEND="Agg",
-                   PYDEVD_DISABLE_FILE_VALIDATION="1", PYTHONDONTWRITEBYTECODE="1")
-        self._tmp = Path(tempfile.mkdtemp(prefix="kernel-"))
+        self.box = box
+        (box / "kernel").mkdir(parents=True, exist_ok=True)
+        (box / "work").mkdir(parents=True, exist_ok=True)
+        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(box / "work"), "LANG": "C.UTF-8",
+               "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), "MPLBACKEND": "Agg",
+               "PYDEVD_DISABLE_FILE_VALIDATION": "1", "PYTHONDONTWRITEBYTECODE": "1",
+               "IPYTHONDIR": str(box / "work" / ".ipython"), "MPLCONFIGDIR": str(box / "work" / ".mpl"),
+               "JUPYTER_RUNTIME_DIR": str(box / "kernel"), "TMPDIR": "/tmp"}
         self.km = KernelManager(kernel_name="python3", transport="ipc",
-                                connection_file=str(self._tmp / "kernel.json"))
-        self.km.ip = str(self._tmp / "ipc")
-        argv = self.km.kernel_spec.argv
-        if "ipykernel_launcher" in " ".join(argv):  # run the kernel with this interpreter (the venv)
-            argv[0] = sys.executable
-        self.km.start_kernel(cwd=str(cwd), env=env, extra_arguments=["--HistoryManager.enabled=False"])
+                                connection_file=str(box / "kernel" / "kernel.json"))
+        self.km.ip = str(box / "kernel" / "ipc")
+        exe, _ = _python_paths()
+        spec = self.km.kernel_spec
+        spec.argv = sandbox_argv(box, [exe, "-m", "ipykernel_launcher", "-f", "{connection_file}",
+                                       "--HistoryManager.enabled=False"], env, self.MEMORY)
+        spec.interrupt_mode = "message"   # a signal to bwrap would not reach the kernel
+        spec.env = {}
+        self.ns = None
+        self.km.start_kernel(cwd=str(box / "work"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        with contextlib.suppress(Exception):
+            outer = self.km.provisioner.process.pid
+            for _ in range(50):
+                kids = _children(outer)
+                if kids:
+                    ns = _pid_ns(kids[0])
+                    # a sandbox has its own PID namespace; anything else is never recorded (kill()
+                    # SIGKILLs every process of a recorded namespace)
+                    self.ns = ns if ns and ns != _pid_ns(os.getpid()) else None
+                    break
+                time.sleep(0.02)
+        if not self.ns:
+            with contextlib.suppress(Exception):
+                self.km.shutdown_kernel(now=True)
+            raise SandboxUnavailable("the kernel did not start in a PID namespace of its own (bwrap failed?)")
+        with _SANDBOXES_LOCK:
+            _SANDBOXES.add(self.ns)
         self.kc = self.km.client()
         self.kc.start_channels()
         try:
@@ -388,12 +520,12 @@ class Kernel:
                 continue
             t, c = msg["msg_type"], msg["content"]
             if t == "stream" and c.get("name") == "stdout":
-                out.append(c.get("text", "")[-self.MAX_STDOUT:])
+                out.append(str(c.get("text", ""))[-self.MAX_STDOUT:])
                 size += len(out[-1])
                 while size > self.MAX_STDOUT and len(out) > 1:   # keep the tail only
                     size -= len(out.pop(0))
             elif t == "error":
-                res.status, res.ename, res.evalue = "error", c.get("ename", ""), c.get("evalue", "")
+                res.status, res.ename, res.evalue = "error", str(c.get("ename", "")), str(c.get("evalue", ""))
             elif t == "status" and c.get("execution_state") == "idle":
                 break
         if interrupted and res.status in ("ok", "error"):
@@ -402,81 +534,158 @@ class Kernel:
         return res
 
     def kill(self):
+        """Kill the sandbox (the whole process tree dies with its PID namespace) and wait for it."""
         with contextlib.suppress(Exception):
             self.kc.stop_channels()
         with contextlib.suppress(Exception):
             self.km.shutdown_kernel(now=True)
-        shutil.rmtree(self._tmp, ignore_errors=True)
+        if self.ns:
+            deadline = time.monotonic() + 10
+            while processes_in_ns(self.ns) and time.monotonic() < deadline:
+                for p in processes_in_ns(self.ns):
+                    with contextlib.suppress(OSError):
+                        os.kill(p, 9)
+                time.sleep(0.05)
 
 
-# Runs in the kernel before any submission code (so it is trusted): registers a test runner under a
-# random name. Its globals are a private dict, not the notebook's, so names the submission defines
-# (grader, test_case, json, dict, ...) cannot reach it; it snapshots builtins, torch, numpy and
-# otter's test classes to detect monkeypatching.
+# Runs in the kernel before the submission's code: a small RPC server. It answers requests from
+# the grader (fetch a name, call a function, read an attribute, back-propagate) with DATA only:
+# numbers, strings, tensors as raw bytes, containers of those, or handles for other objects.
+# The submission may replace or break it at will: all it can change is its own answers. The test
+# code, the expected values and the verdicts never enter this process.
 _SETUP = r'''
-def _setup(runner_name, ns, workdir):
-    import builtins, importlib, importlib.util, json, os, sys, types
-    os.chdir(workdir)
-    if "otter" not in sys.modules:
-        # import otter.test_files without otter/__init__ (which pulls in pandas, nbconvert, ...: 3 s);
-        # the test-file code itself is otter's, unchanged
-        spec = importlib.util.find_spec("otter")
-        pkg = types.ModuleType("otter")
-        pkg.__path__, pkg.__file__ = list(spec.submodule_search_locations), spec.origin
-        sys.modules["otter"] = pkg
-    write = sys.stdout.write
-    flush = sys.stdout.flush
-    names = ["math", "torch", "torch.nn", "torch.nn.functional", "torch.testing", "numpy",
-             "otter.test_files", "otter.test_files.exception_test", "otter.test_files.abstract_test"]
-    mods = {}
-    for n in names:
+def _setup(runner_name, ns):
+    import base64, json, sys
+    handles = {}
+
+    def keep(obj):
+        handles[len(handles) + 1] = obj
+        return len(handles)
+
+    def tensor_bytes(t):
+        import torch
+        t = t.detach().cpu().contiguous()
+        if t.dtype == torch.bfloat16:
+            t = t.float()
+        return str(t.dtype).replace("torch.", ""), list(t.shape), base64.b64encode(t.numpy().tobytes()).decode()
+
+    def enc(x, depth=0):
+        if depth > 50:
+            raise ValueError("value nested too deeply")
+        if x is None or isinstance(x, bool):
+            return x if x is None else bool(x)
+        if isinstance(x, int):
+            return int(x)
+        if isinstance(x, float):
+            return float(x)
+        if isinstance(x, str):
+            return str.__str__(x)
+        torch, np = sys.modules.get("torch"), sys.modules.get("numpy")
+        if torch is not None and isinstance(x, torch.Tensor):
+            return {"__t__": tensor_bytes(x)}
+        if torch is not None and isinstance(x, torch.dtype):
+            return {"__dtype__": str(x).replace("torch.", "")}
+        if np is not None and isinstance(x, np.generic) and x.dtype.kind in "biuf":
+            return enc(x.item())
+        if np is not None and isinstance(x, np.ndarray) and x.dtype.kind in "biufc":
+            a = np.ascontiguousarray(x)
+            return {"__a__": [a.dtype.str, list(a.shape), base64.b64encode(a.tobytes()).decode()]}
+        if isinstance(x, tuple):
+            return {"__tuple__": [enc(v, depth + 1) for v in x]}
+        if isinstance(x, list):
+            return [enc(v, depth + 1) for v in x]
+        if isinstance(x, dict) and all(isinstance(k, str) for k in x):
+            return {"__dict__": [[str(k), enc(v, depth + 1)] for k, v in x.items()]}
+        return {"__h__": keep(x), "type": type(x).__name__}
+
+    def dec(x):
+        if isinstance(x, list):
+            return [dec(v) for v in x]
+        if isinstance(x, dict):
+            if "__t__" in x:
+                import torch
+                dtype, shape, data, grad = x["__t__"]
+                raw = bytearray(base64.b64decode(data))
+                dt = getattr(torch, dtype)
+                t = (torch.frombuffer(raw, dtype=dt) if raw else torch.empty(0, dtype=dt)).reshape(shape).clone()
+                return t.requires_grad_(True) if grad else t
+            if "__a__" in x:
+                import numpy as np
+                dtype, shape, data = x["__a__"]
+                return np.frombuffer(base64.b64decode(data), dtype=np.dtype(dtype)).reshape(shape).copy()
+            if "__dtype__" in x:
+                import torch
+                return getattr(torch, x["__dtype__"])
+            if "__tuple__" in x:
+                return tuple(dec(v) for v in x["__tuple__"])
+            if "__dict__" in x:
+                return {k: dec(v) for k, v in x["__dict__"]}
+            if "__h__" in x:
+                return handles[x["__h__"]]
+        return x
+
+    def tensors(x, out):
+        torch = sys.modules.get("torch")
+        if torch is not None and isinstance(x, torch.Tensor):
+            out.append(x)
+        elif isinstance(x, (list, tuple)):
+            for v in x:
+                tensors(v, out)
+        elif isinstance(x, dict):
+            for v in x.values():
+                tensors(v, out)
+        return out
+
+    def answer(req):
+        op = req["op"]
+        if op == "get":
+            return {"missing": True} if req["name"] not in ns else {"value": enc(ns[req["name"]])}
+        obj = handles[req["h"]] if "h" in req else None
+        if op == "call":
+            args, kwargs = dec(req["args"]), dec(req["kwargs"])
+            res = obj(*args, **kwargs)
+            out = {"value": enc(res)}
+            if req.get("grad"):
+                ins = [t for t in tensors([args, kwargs], []) if t.requires_grad]
+                outs = [t for t in tensors(res, []) if t.is_floating_point() or t.is_complex()]
+                out["gid"] = keep((ins, outs))
+            return out
+        if op == "getattr":
+            return {"value": enc(getattr(obj, req["name"]))}
+        if op == "getitem":
+            return {"value": enc(obj[dec(req["key"])])}
+        if op == "iter":
+            return {"value": enc(list(obj))}
+        if op == "len":
+            return {"value": len(obj)}
+        if op == "vjp":
+            import torch
+            ins, outs = handles[req["gid"]]
+            grads = dec(req["grads"])
+            pairs = [(o, g) for o, g in zip(outs, grads) if o.requires_grad]
+            if not pairs or not ins:
+                return {"value": [None] * len(ins)}
+            res = torch.autograd.grad([o for o, _ in pairs], ins, [g for _, g in pairs], allow_unused=True)
+            return {"value": enc(list(res))}
+        raise ValueError("unknown request")
+
+    def run(nonce, payload):
         try:
-            mods[n] = importlib.import_module(n)
-        except Exception:
-            pass
-    from otter.test_files.exception_test import ExceptionTestFile, test_case
-    from otter.test_files.abstract_test import TestFile
-    watched = [("builtins", builtins)] + list(mods.items())
-    classes = [("ExceptionTestFile", ExceptionTestFile), ("test_case", test_case), ("TestFile", TestFile)]
-    if "torch" in mods:
-        classes.append(("torch.Tensor", mods["torch"].Tensor))
-    if "numpy" in mods:
-        classes.append(("numpy.ndarray", mods["numpy"].ndarray))
-    skip = {"_", "__", "___", "input", "raw_input", "getpass"}
-
-    def snapshot():
-        snap = {}
-        for label, m in watched:
-            snap["sys.modules[%r]" % label] = sys.modules.get(label)
-            for k, v in list(vars(m).items()):
-                if k not in skip:
-                    snap[label + "." + k] = v
-        for label, c in classes:
-            for k, v in list(vars(c).items()):
-                snap[label + "." + k] = v
-        return snap
-
-    base = snapshot()
-
-    def run(qname, src, nonce):
-        env = dict(ns)
-        tf = ExceptionTestFile.from_string(src, path="tests/%s.py" % qname)
-        tf.run(env)
-        results = [[r.test_case.name, bool(r.passed), str(r.message)[:1500]] for r in tf.test_case_results]
-        now = snapshot()
-        tampered = sorted(k for k, v in base.items() if now.get(k, v) is not v)
-        write("\n" + nonce + json.dumps({"results": results, "tampered": tampered[:20]}) + "\n")
-        flush()
+            out = answer(json.loads(payload))
+        except Exception as e:
+            out = {"exc": [type(e).__name__, str(e)[:500]]}
+        sys.stdout.write("\n" + nonce + json.dumps(out) + "\n")
+        sys.stdout.flush()
 
     ns[runner_name] = run
 
-_setup(RUNNER_NAME, NS, WORKDIR)
+_setup(RUNNER_NAME, NS)
 '''
 
 
-def _setup_cell(runner: str, workdir: Path) -> str:
-    """The kernel code that installs the runner; executed in a private namespace."""
-    src = _SETUP.replace("RUNNER_NAME", repr(runner)).replace("WORKDIR", repr(str(workdir)))
+def _setup_cell(runner: str) -> str:
+    """The kernel code that installs the RPC server under a random name (in a private namespace)."""
+    src = _SETUP.replace("RUNNER_NAME", repr(runner))
     return (f"exec(compile({src!r}, '<grader>', 'exec'), "
             "{'__builtins__': __import__('builtins'), 'NS': globals()})")
 
@@ -500,6 +709,288 @@ def _sanitize(src: str) -> str:
     return "\n".join(lines)
 
 
+# ============================================================================ the grader side of the boundary
+
+
+class QuestionAborted(BaseException):
+    """The notebook timed out, hung or died while a question's tests ran: the question scores 0.
+    A BaseException so that no ``except Exception`` in a test can swallow it."""
+
+    def __init__(self, status: str):
+        super().__init__(status)
+        self.status = status
+
+
+class RemoteError(RuntimeError):
+    """An exception raised by the submission's code that has no built-in counterpart."""
+
+
+_TORCH_DTYPES = {"float16", "bfloat16", "float32", "float64", "complex64", "complex128", "int8", "int16",
+                 "int32", "int64", "uint8", "bool"}
+_MAX_DEPTH = 50
+
+
+def _exception_type(name: str) -> type:
+    import builtins
+    cls = getattr(builtins, str(name), None)
+    if (isinstance(cls, type) and issubclass(cls, Exception)
+            and not issubclass(cls, (StopIteration, StopAsyncIteration))):
+        return cls
+    return RemoteError
+
+
+class Remote:
+    """The grader's end of one kernel: requests go in as JSON, answers come back as data only."""
+
+    def __init__(self, kernel: Kernel, runner: str, timeout: float, deadline: float):
+        self.kernel, self.runner, self.timeout, self.deadline = kernel, runner, timeout, deadline
+        self.aborted: str | None = None
+
+    def request(self, req: dict):
+        if self.aborted:
+            raise QuestionAborted(self.aborted)
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            self.aborted = "timeout"
+            raise QuestionAborted("timeout")
+        nonce = "@@RPC-" + secrets.token_hex(12) + "@@"
+        r = self.kernel.execute(f"{self.runner}({nonce!r}, {json.dumps(req)!r})", min(self.timeout, left))
+        if r.status in ("dead", "hung", "timeout"):
+            self.aborted = r.status
+            raise QuestionAborted(r.status)
+        lines = [ln for ln in r.stdout.splitlines() if ln.startswith(nonce)]
+        if not lines:
+            raise RemoteError("the notebook gave no answer" + (f" ({r.ename}: {_short(r.evalue)})" if r.ename else ""))
+        out = json.loads(lines[-1][len(nonce):])
+        if not isinstance(out, dict):
+            raise RemoteError("malformed answer")
+        if "exc" in out:
+            name, msg = (list(out["exc"]) + ["", ""])[:2]
+            raise _exception_type(name)(str(msg))
+        return out
+
+    # -- data in both directions (the grader decodes; nothing is unpickled or evaluated)
+
+    def encode(self, x, depth=0):
+        import torch
+        if depth > _MAX_DEPTH:
+            raise ValueError("value nested too deeply")
+        if x is None or isinstance(x, (bool, int, float, str)):
+            return x
+        if isinstance(x, RemoteObject):
+            return {"__h__": x._handle}
+        if isinstance(x, torch.Tensor):
+            t = x.detach().cpu().contiguous()
+            data = base64.b64encode(t.numpy().tobytes()).decode() if t.dtype != torch.bfloat16 else None
+            if data is None:
+                raise TypeError("bfloat16 tensors cannot be sent to the notebook")
+            return {"__t__": [str(t.dtype).replace("torch.", ""), list(t.shape), data, bool(x.requires_grad)]}
+        if isinstance(x, torch.dtype):
+            return {"__dtype__": str(x).replace("torch.", "")}
+        if isinstance(x, tuple):
+            return {"__tuple__": [self.encode(v, depth + 1) for v in x]}
+        if isinstance(x, list):
+            return [self.encode(v, depth + 1) for v in x]
+        if isinstance(x, dict) and all(isinstance(k, str) for k in x):
+            return {"__dict__": [[k, self.encode(v, depth + 1)] for k, v in x.items()]}
+        try:
+            import numpy as np
+            if isinstance(x, np.ndarray) and x.dtype.kind in "biufc":
+                a = np.ascontiguousarray(x)
+                return {"__a__": [a.dtype.str, list(a.shape), base64.b64encode(a.tobytes()).decode()]}
+            if isinstance(x, np.generic):
+                return x.item()
+        except ImportError:
+            pass
+        raise TypeError(f"cannot send a {type(x).__name__} to the notebook")
+
+    def decode(self, x, depth=0):
+        import torch
+        if depth > _MAX_DEPTH:
+            raise ValueError("answer nested too deeply")
+        if x is None or isinstance(x, (bool, int, float, str)):
+            return x
+        if isinstance(x, list):
+            return [self.decode(v, depth + 1) for v in x]
+        if not isinstance(x, dict) or len(x) > 2 and "__dict__" not in x:
+            raise RemoteError("malformed answer")
+        if "__t__" in x:
+            dtype, shape, data = x["__t__"][:3]
+            if dtype not in _TORCH_DTYPES or not all(isinstance(s, int) and s >= 0 for s in shape):
+                raise RemoteError(f"unsupported tensor {dtype!r}")
+            dt = getattr(torch, dtype)
+            raw = bytearray(base64.b64decode(data, validate=True))
+            n = 1
+            for s in shape:
+                n *= s
+            if n * torch.empty(0, dtype=dt).element_size() != len(raw):
+                raise RemoteError("tensor size does not match its shape")
+            flat = torch.frombuffer(raw, dtype=dt) if raw else torch.empty(0, dtype=dt)
+            return flat.reshape(shape).clone()
+        if "__a__" in x:
+            import numpy as np
+            dtype, shape, data = x["__a__"]
+            dt = np.dtype(str(dtype))
+            if dt.kind not in "biufc" or dt.hasobject:
+                raise RemoteError("unsupported array")
+            return np.frombuffer(base64.b64decode(data, validate=True), dtype=dt).reshape(shape).copy()
+        if "__dtype__" in x:
+            if x["__dtype__"] not in _TORCH_DTYPES:
+                raise RemoteError("unsupported dtype")
+            return getattr(torch, x["__dtype__"])
+        if "__tuple__" in x:
+            return tuple(self.decode(v, depth + 1) for v in x["__tuple__"])
+        if "__dict__" in x:
+            return {str(k): self.decode(v, depth + 1) for k, v in x["__dict__"]}
+        if "__h__" in x:
+            return RemoteObject(self, int(x["__h__"]), str(x.get("type", "object")))
+        raise RemoteError("malformed answer")
+
+    def get(self, name: str):
+        out = self.request({"op": "get", "name": name})
+        return None if out.get("missing") else self.decode(out.get("value"))
+
+    def call(self, handle: int, args: tuple, kwargs: dict):
+        import torch
+        ins = [t for t in _tensors([args, kwargs]) if t.requires_grad]
+        out = self.request({"op": "call", "h": handle, "args": self.encode(list(args)),
+                            "kwargs": self.encode(dict(kwargs)), "grad": bool(ins)})
+        value = self.decode(out.get("value"))
+        if not ins or "gid" not in out:
+            return value
+        # gradients: the outputs are tied to the inputs by a function whose backward asks the notebook
+        # for the vector-Jacobian product (the graph stays in the notebook; only tensors cross)
+        outs = [t for t in _tensors(value) if t.is_floating_point() or t.is_complex()]
+        if not outs:
+            return value
+        gid = int(out["gid"])
+
+        def vjp(grads):
+            got = self.decode(self.request({"op": "vjp", "gid": gid, "grads": self.encode(list(grads))})["value"])
+            if not isinstance(got, list) or len(got) != len(ins):
+                raise RemoteError("malformed gradient")
+            for g, t in zip(got, ins):
+                if g is not None and (not isinstance(g, torch.Tensor) or g.shape != t.shape):
+                    raise RemoteError("gradient with the wrong shape")
+            return [None if g is None else g.to(t.dtype) for g, t in zip(got, ins)]
+
+        tied = _Bridge.apply(vjp, len(ins), *ins, *outs)
+        swap = {id(o): t for o, t in zip(outs, tied)}
+        return _replace_tensors(value, swap)
+
+
+def _tensors(x, out=None):
+    import torch
+    out = [] if out is None else out
+    if isinstance(x, torch.Tensor):
+        out.append(x)
+    elif isinstance(x, (list, tuple)):
+        for v in x:
+            _tensors(v, out)
+    elif isinstance(x, dict):
+        for v in x.values():
+            _tensors(v, out)
+    return out
+
+
+def _replace_tensors(x, swap):
+    import torch
+    if isinstance(x, torch.Tensor):
+        return swap.get(id(x), x)
+    if isinstance(x, tuple):
+        return tuple(_replace_tensors(v, swap) for v in x)
+    if isinstance(x, list):
+        return [_replace_tensors(v, swap) for v in x]
+    if isinstance(x, dict):
+        return {k: _replace_tensors(v, swap) for k, v in x.items()}
+    return x
+
+
+def _bridge_class():
+    import torch
+
+    class Bridge(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, vjp, n_in, *tensors):
+            ctx.vjp, ctx.n_in, ctx.n_out = vjp, n_in, len(tensors) - n_in
+            return tuple(t.clone() for t in tensors[n_in:])
+
+        @staticmethod
+        def backward(ctx, *grad_outs):
+            grads = ctx.vjp(list(grad_outs))
+            return (None, None, *grads, *([None] * ctx.n_out))
+
+    return Bridge
+
+
+class _LazyBridge:
+    def apply(self, *a):
+        global _Bridge
+        _Bridge = _bridge_class()
+        return _Bridge.apply(*a)
+
+
+_Bridge = _LazyBridge()
+
+
+class RemoteObject:
+    """A submission object that is not plain data (a function, a class, a module...): calling it,
+    reading its attributes or iterating over it asks the notebook; the answers are data."""
+
+    def __init__(self, remote: Remote, handle: int, type_name: str):
+        object.__setattr__(self, "_remote", remote)
+        object.__setattr__(self, "_handle", handle)
+        object.__setattr__(self, "_type", type_name)
+
+    def __call__(self, *args, **kwargs):
+        return self._remote.call(self._handle, args, kwargs)
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return self._remote.decode(self._remote.request({"op": "getattr", "h": self._handle, "name": name})["value"])
+
+    def __getitem__(self, key):
+        return self._remote.decode(self._remote.request(
+            {"op": "getitem", "h": self._handle, "key": self._remote.encode(key)})["value"])
+
+    def __iter__(self):
+        return iter(self._remote.decode(self._remote.request({"op": "iter", "h": self._handle})["value"]))
+
+    def __len__(self):
+        n = self._remote.request({"op": "len", "h": self._handle})["value"]
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+            raise RemoteError("malformed length")
+        return n
+
+    def __repr__(self):
+        return f"<submission {self._type}>"
+
+
+class StudentNamespace(dict):
+    """What otter's test runner sees as the notebook's globals: names are fetched from the notebook
+    on first use (as data or RemoteObjects). ``notebook_cells`` (the submission's code cells, read
+    by the grader from the file) is provided by the grader itself."""
+
+    def __init__(self, remote: Remote, cells: list[str]):
+        super().__init__()
+        self._remote = remote
+        dict.__setitem__(self, "notebook_cells", list(cells))
+
+    def get(self, key, default=None):
+        if dict.__contains__(self, key):
+            return dict.__getitem__(self, key)
+        value = self._remote.get(key)
+        dict.__setitem__(self, key, value)
+        return default if value is None else value
+
+    def __getitem__(self, key):
+        return self.get(key)
+
+    def __contains__(self, key):
+        return True
+
+
 # ============================================================================ grading
 
 
@@ -509,6 +1000,7 @@ class Grade:
     scores: dict[str, float]
     possible: dict[str, float]
     notes: list[str]
+    results: dict[str, list] = dataclasses.field(default_factory=dict)   # q -> [(test name, hidden, passed)]
 
     @property
     def total(self) -> float:
@@ -528,17 +1020,28 @@ def _short(s: str, n: int = 160) -> str:
     return s if len(s) <= n else s[: n - 1] + "…"
 
 
+def question_score(tf) -> float:
+    """Points of one question: all of them on the hidden tests, shared equally; public tests are
+    feedback and carry none. (Without hidden tests, all tests count: prove forbids that.)"""
+    results = tf.test_case_results
+    counted = [r for r in results if r.test_case.hidden] or results
+    if not counted:
+        return 0.0
+    return float(tf.possible) * sum(1 for r in counted if r.passed) / len(counted)
+
+
 def grade_notebook(nb_path: Path, tests: dict[str, str], timeout: float = 60.0,
                    label: str | None = None, pool: dict | None = None) -> Grade:
     """Grade one notebook; every question's score is isolated from the others' failures.
 
+    The notebook runs in a sandboxed kernel; each question's test file runs HERE, in the grader,
+    with the notebook's names as RemoteObjects / data (see StudentNamespace), so the tests, the
+    expected values and the verdicts never enter the submission's process.
+
     ``pool``: a dict holding a kernel to reuse (``pool["kernel"]``) and to hand back afterwards.
     Only for trusted notebooks (``prove``): a reused kernel keeps imported modules.
     """
-    from otter.test_files.abstract_test import TestCaseResult
-
-    trusted = {q: test_file(q, src) for q, src in tests.items()}
-    possible = {q: float(tf.possible) for q, tf in trusted.items()}
+    possible = {q: float(test_file(q, src).possible) for q, src in tests.items()}
     grade = Grade(label or nb_path.name, {q: 0.0 for q in tests}, possible, [])
     notes = grade.notes
 
@@ -553,9 +1056,14 @@ def grade_notebook(nb_path: Path, tests: dict[str, str], timeout: float = 60.0,
         note(f"unreadable notebook: {type(e).__name__}: {_short(e)}")
         return grade
 
-    with tempfile.TemporaryDirectory(prefix="grade-") as work:
-        workdir = Path(work)
-        shutil.copy(nb_path, workdir / nb_path.name)
+    if pool is None:
+        box_ctx = tempfile.TemporaryDirectory(prefix="grade-")
+    else:   # trusted notebooks: the pooled kernel keeps its box
+        box_ctx = contextlib.nullcontext(str(pool.setdefault("box", tempfile.mkdtemp(prefix="grade-pool-"))))
+    with box_ctx as work:
+        box = Path(work)
+        (box / "work").mkdir(exist_ok=True)
+        shutil.copy(nb_path, box / "work" / "submission.ipynb")
         runner = "_grader_" + secrets.token_hex(8)
         skip: set[int] = set()
         setup_timeout = max(120.0, timeout)
@@ -565,12 +1073,12 @@ def grade_notebook(nb_path: Path, tests: dict[str, str], timeout: float = 60.0,
                 k = None
                 if pool is not None and pool.get("kernel") is not None:
                     k = pool.pop("kernel")
-                    if k.execute("get_ipython().reset(new_session=False)", 60).status != "ok":
+                    if k.box != box or k.execute("get_ipython().reset(new_session=False)", 60).status != "ok":
                         k.kill()
                         k = None
                 if k is None:
-                    k = Kernel(workdir)
-                r = k.execute(_setup_cell(runner, workdir), setup_timeout)
+                    k = Kernel(box)
+                r = k.execute(_setup_cell(runner), setup_timeout)
                 if r.status != "ok":
                     k.kill()
                     raise RuntimeError(f"grader setup failed in the kernel: {r.status} {r.ename}: {r.evalue}")
@@ -602,36 +1110,26 @@ def grade_notebook(nb_path: Path, tests: dict[str, str], timeout: float = 60.0,
             for q, src in tests.items():
                 if kernel is None:
                     kernel = boot()
-                nonce = "@@GRADE-" + secrets.token_hex(12) + "@@"
-                r = kernel.execute(f"{runner}({q!r}, {src!r}, {nonce!r})", timeout)
-                if r.status in ("dead", "hung"):
-                    note(f"{q}: tests " + ("killed the kernel" if r.status == "dead" else "hung") + "; 0 points")
-                    kernel.kill()
-                    kernel = None
+                tf = test_file(q, src)     # a fresh parse: the test code runs here, in the grader
+                remote = Remote(kernel, runner, timeout, time.monotonic() + timeout)
+                try:
+                    tf.run(StudentNamespace(remote, cells))
+                except QuestionAborted:
+                    pass
+                if remote.aborted:
+                    what = {"timeout": f"timed out after {timeout:g} s", "hung": "hung",
+                            "dead": "killed the kernel"}[remote.aborted]
+                    note(f"{q}: tests {what}; 0 points")
+                    if remote.aborted in ("dead", "hung"):
+                        kernel.kill()
+                        kernel = None
                     continue
-                if r.status == "timeout":
-                    note(f"{q}: tests timed out after {timeout:g} s; 0 points")
-                    continue
-                lines = [ln for ln in r.stdout.splitlines() if ln.startswith(nonce)]
-                if r.status != "ok" or not lines:
-                    note(f"{q}: tests could not run ({r.ename}: {_short(r.evalue)}); 0 points")
-                    continue
-                payload = json.loads(lines[-1][len(nonce):])
-                if payload["tampered"]:
-                    note(f"{q}: grading environment modified ({', '.join(payload['tampered'][:5])}); 0 points")
-                    continue
-                tf = trusted[q]
-                got = payload["results"]
-                if [g[0] for g in got] != [tc.name for tc in tf.test_cases]:
-                    note(f"{q}: unexpected test results; 0 points")
-                    continue
-                tf.test_case_results = [TestCaseResult(test_case=tc, message=g[2], passed=bool(g[1]))
-                                        for tc, g in zip(tf.test_cases, got)]
-                grade.scores[q] = float(tf.score)
-                failed = [g[0] for g, tc in zip(got, tf.test_cases) if not g[1]]
+                grade.scores[q] = question_score(tf)
+                grade.results[q] = [(r.test_case.name, r.test_case.hidden, r.passed) for r in tf.test_case_results]
+                failed = [r for r in tf.test_case_results if not r.passed]
                 if failed:
-                    nh = sum(1 for g, tc in zip(got, tf.test_cases) if not g[1] and tc.hidden)
-                    note(f"{q}: {len(failed)} of {len(got)} tests failed ({nh} hidden)")
+                    nh = sum(1 for r in failed if r.test_case.hidden)
+                    note(f"{q}: {len(failed)} of {len(tf.test_case_results)} tests failed ({nh} hidden)")
         except Exception as e:  # infrastructure failure: report, never crash the whole run
             note(f"grader error: {type(e).__name__}: {_short(e)}")
         finally:
@@ -660,8 +1158,12 @@ def grade_dir(submissions: Path, zip_path: Path, timeout: float, out: Path, jobs
     files = sorted(p for p in submissions.glob("*.ipynb") if not p.name.startswith("."))
     if not files:
         raise SystemExit(f"no *.ipynb in {submissions}")
+    sandbox_argv(Path("/nonexistent"), ["true"], {})   # fail early when bwrap is missing
     with cf.ThreadPoolExecutor(max(1, jobs)) as ex:
         grades = list(ex.map(lambda p: grade_notebook(p, tests, timeout), files))
+    survivors = reap_sandboxes()
+    if survivors:
+        raise SystemExit(f"submission processes {survivors} are still alive; not writing {out}")
     write_csv(grades, list(tests), out)
     return grades
 
@@ -691,6 +1193,35 @@ def make_variant(solution_nb: Path, info: MasterInfo, replace: dict[str, str], o
         for i in reversed(positions[1:]):
             del nb.cells[i]
     nbformat.write(nb, str(out))
+
+
+STUB = "stub"   # the reserved wrong-answer id of the stub (zeros of the right shape, a wrong letter)
+
+
+def check_expectation(g: Grade, expect) -> list[str]:
+    """Why grade ``g`` does not meet ``expect`` ('full', 'zero', 'stub' or ('between', questions))."""
+    if expect == "full":
+        return [] if abs(g.percent - 100.0) < 1e-9 else ["expected 100 %"]
+    if expect == "zero":
+        return [] if g.total == 0 else ["expected 0"]
+    if expect == "stub":
+        out = [] if g.total == 0 else ["a stub must score 0"]
+        public_failed = sorted({f"{q}:{name}" for q, res in g.results.items()
+                                for name, hidden, passed in res if not hidden and not passed})
+        missing = sorted(set(g.scores) - set(g.results))
+        if public_failed or missing:
+            out.append("a stub must pass every public test (it shows they carry no points); failed: "
+                       + ", ".join(public_failed + [f"{q} (not run)" for q in missing]))
+        return out
+    _, questions, zero = expect
+    out = [] if 0.0 < g.percent < 100.0 else ["expected strictly between 0 and 100 %"]
+    full = [q for q in questions if g.scores.get(q, 0.0) >= g.possible.get(q, 0.0)]
+    if full:
+        out.append(f"full marks on the question(s) it answers wrongly: {', '.join(full)}")
+    scored = [q for q in questions if g.scores.get(q, 0.0) != 0]
+    if zero and scored:
+        out.append(f"expect: zero, but it scored on {', '.join(scored)}")
+    return out
 
 
 def prove(dist: Path = DIST, only: list[str] | None = None, timeout: float = 60.0, jobs: int = 2,
@@ -749,6 +1280,19 @@ def prove(dist: Path = DIST, only: list[str] | None = None, timeout: float = 60.
             wrongs = {}
         if not wrongs:
             fail(f"no wrong answers: add {m.wrong_path.name}")
+        elif STUB not in wrongs:
+            fail(f"{m.wrong_path.name}: no '{STUB}' entry (a stub answer for every question that passes the "
+                 "public tests and must score 0)")
+        else:
+            stub_qs = set(((wrongs[STUB] or {}).get("replace") or {}))
+            if stub_qs != set(info.questions):
+                fail(f"{STUB}: must replace every question; missing {sorted(set(info.questions) - stub_qs)}")
+        covered = {q for wid, spec in wrongs.items()
+                   if wid != STUB and isinstance(spec, dict) and spec.get("expect") != "full"
+                   for q in (spec.get("replace") or {})}
+        for q in info.questions:
+            if wrongs and q not in covered:
+                fail(f"question {q} has no recorded wrong answer in {m.wrong_path.name}")
         for wid, spec in wrongs.items():
             rep = (spec or {}).get("replace") if isinstance(spec, dict) else None
             if not isinstance(rep, dict) or not rep:
@@ -764,7 +1308,12 @@ def prove(dist: Path = DIST, only: list[str] | None = None, timeout: float = 60.
             except Exception as e:
                 fail(f"wrong answer {wid}: {e}")
                 continue
-            jobs_list.append((m, f"wrong:{wid}", out, "between"))
+            if wid == STUB:
+                jobs_list.append((m, "stub", out, "stub"))
+            elif spec.get("expect") == "full":   # a correct answer written differently
+                jobs_list.append((m, f"right:{wid}", out, "full"))
+            else:
+                jobs_list.append((m, f"wrong:{wid}", out, ("between", sorted(rep), spec.get("expect") == "zero")))
 
     def run_chunk(chunk):
         # our own notebooks are trusted: one kernel per worker, reset between notebooks
@@ -775,6 +1324,8 @@ def prove(dist: Path = DIST, only: list[str] | None = None, timeout: float = 60.
         finally:
             if pool.get("kernel") is not None:
                 pool["kernel"].kill()
+            if pool.get("box"):
+                shutil.rmtree(pool["box"], ignore_errors=True)
 
     n = max(1, min(jobs, len(jobs_list)))
     chunks = [jobs_list[i::n] for i in range(n)]
@@ -784,15 +1335,10 @@ def prove(dist: Path = DIST, only: list[str] | None = None, timeout: float = 60.
     order = {id(job): i for i, job in enumerate(jobs_list)}
     done.sort(key=lambda r: order[id(r[0])])
     for (m, label, path, expect), g in done:
-        if True:
-            results[m.key].append((label, g))
-            pct = g.percent
-            ok = {"full": abs(pct - 100.0) < 1e-9, "zero": g.total == 0,
-                  "between": 0.0 < pct < 100.0}[expect]
-            if not ok:
-                want = {"full": "100 %", "zero": "0", "between": "strictly between 0 and 100 %"}[expect]
-                failures[m.key].append(f"{label} scored {g.total:g}/{g.total_possible:g} ({pct:.1f} %), "
-                                       f"expected {want}; notes: {' | '.join(g.notes) or '-'}")
+        results[m.key].append((label, g))
+        for problem in check_expectation(g, expect):
+            failures[m.key].append(f"{label}: {problem}; scored {g.total:g}/{g.total_possible:g} "
+                                   f"({g.percent:.1f} %); notes: {' | '.join(g.notes) or '-'}")
     shutil.rmtree(tmp, ignore_errors=True)
 
     print(f"\n{'exercise':40s} {'result':6s} details")

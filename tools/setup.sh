@@ -38,4 +38,14 @@ if [ "${1:-}" = "--browser" ] && ! command -v chromium >/dev/null 2>&1; then
     exit 1
   fi
 fi
+# The exercise grader (tools/exercises.py grade / prove) runs every notebook in a bubblewrap sandbox.
+if ! command -v bwrap >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "setup: installing Debian's bubblewrap for the exercise grader's sandbox"
+    apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null
+  else
+    echo "setup: warning: bubblewrap (bwrap) is missing; the exercise grader needs it (apt-get install bubblewrap)" >&2
+  fi
+fi
 echo "setup: .venv ready ($(du -sh .venv | cut -f1), torch $(.venv/bin/python -c 'import torch; print(torch.__version__)'))"

@@ -44,6 +44,7 @@ from torch.utils.data import DataLoader
 from .files import cache_dir
 from .loaders import load_chatbot, load_imdb, load_nsmc_raw, load_tatoeba, load_tinyshakespeare
 from .registry import REGISTRY
+from lib.validate import check_int
 
 __all__ = ["TFDS_ENV", "SPLIT_SEED", "CHUNK_CHARS", "BUILDERS", "tfds_dir", "split_indices",
            "builder", "tfds_source", "DecodedSource", "torch_loader"]
@@ -66,8 +67,7 @@ def split_indices(n: int, seed: int = SPLIT_SEED) -> dict[str, list[int]]:
     The indices are shuffled with ``random.Random(seed)`` and cut; each split's indices
     are then sorted, so rows keep their file order within a split.
     """
-    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-        raise ValueError(f"n must be an int >= 0, got {n!r}")
+    check_int("n", n, 0)
     order = list(range(n))
     random.Random(seed).shuffle(order)
     n_train, n_val = int(n * 0.8), int(n * 0.1)
@@ -310,8 +310,7 @@ def torch_loader(source, batch_size: int, shuffle: bool = False,
     if not hasattr(source, "__len__") or not hasattr(source, "__getitem__"):
         raise TypeError(f"source must support len() and indexing (a list or a data source), "
                         f"got {type(source).__name__}")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+    check_int("batch_size", batch_size, 1)
     generator = torch.Generator().manual_seed(seed)
     return DataLoader(source, batch_size=batch_size, shuffle=shuffle, collate_fn=collate_fn,
                       generator=generator, num_workers=num_workers)

@@ -14,6 +14,7 @@ import itertools
 from pathlib import Path
 
 from .files import DataError, path
+from lib.validate import check_int
 
 __all__ = ["load_chatbot", "load_imdb", "load_tatoeba", "load_tinyshakespeare", "load_nsmc_raw",
            "IMDB_SPLITS", "TATOEBA_PAIRS"]
@@ -138,8 +139,7 @@ def load_nsmc_raw(limit: int | None = None) -> list[dict]:
     rows. The full list takes a few seconds and a few hundred MB, so it is not cached:
     keep your own reference. NSMC's rule: negative = rating 1-4, positive = 9-10.
     """
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
-        raise ValueError(f"limit must be None or an int >= 0, got {limit!r}")
+    check_int("limit", limit, 0, allow_none=True)
     file = path("nsmc_raw", "nsmc_raw_reviews.csv.gz")
     with _open_text(file) as f:
         reader = csv.reader(f)

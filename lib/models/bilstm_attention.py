@@ -32,6 +32,7 @@ import torch.nn as nn
 
 from lib.attention import AdditiveAttention, padding_mask
 from lib.layers import num_parameters
+from lib.validate import check_bool, check_int, check_probability, check_tensor
 
 __all__ = ["BiLSTMConfig", "reverse_padded", "BiLSTM", "BiLSTMAttentionClassifier"]
 
@@ -50,15 +51,10 @@ class BiLSTMConfig:
 
     def __post_init__(self):
         for name in ("vocab_size", "embed_dim", "hidden", "layers", "attn_hidden", "dense"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"BiLSTMConfig.{name} must be a positive int, got {value!r}")
-        if not isinstance(self.attention, bool):
-            raise TypeError(f"BiLSTMConfig.attention must be a bool, got {self.attention!r}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"BiLSTMConfig.dropout must be in [0, 1), got {self.dropout!r}")
-        if not 0 <= self.pad_id < self.vocab_size:
-            raise ValueError(f"BiLSTMConfig.pad_id must be in [0, vocab_size={self.vocab_size}), got {self.pad_id}")
+            check_int(f"BiLSTMConfig.{name}", getattr(self, name), 1)
+        check_bool("BiLSTMConfig.attention", self.attention)
+        check_probability("BiLSTMConfig.dropout", self.dropout, allow_one=False)
+        check_int("BiLSTMConfig.pad_id", self.pad_id, 0, self.vocab_size - 1)
 
 
 def reverse_padded(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
@@ -120,19 +116,10 @@ class BiLSTMAttentionClassifier(nn.Module):
         return num_parameters(self, (self.embedding,) if exclude_embeddings else ())
 
     def _check(self, tokens, lengths) -> None:
-        if not isinstance(tokens, torch.Tensor) or tokens.dtype not in (torch.int64, torch.int32):
-            got = tokens.dtype if isinstance(tokens, torch.Tensor) else type(tokens).__name__
-            raise TypeError(f"tokens must be an integer (int64/int32) tensor of ids, got {got}")
-        if tokens.dim() != 2:
-            raise ValueError(f"tokens must be (batch, seq_len), got shape {tuple(tokens.shape)}")
+        check_tensor("tokens", tokens, dtype=(torch.int64, torch.int32), dim=2, what="(batch, seq_len)")
         if tokens.shape[0] == 0 or tokens.shape[1] == 0:
             raise ValueError(f"tokens is empty: shape {tuple(tokens.shape)}")
-        if (not isinstance(lengths, torch.Tensor) or lengths.dtype.is_floating_point
-                or lengths.dtype == torch.bool or lengths.dtype.is_complex):
-            got = lengths.dtype if isinstance(lengths, torch.Tensor) else type(lengths).__name__
-            raise TypeError(f"lengths must be an integer tensor of shape (batch,), got {got}")
-        if lengths.shape != tokens.shape[:1]:
-            raise ValueError(f"lengths must have shape (batch,)=({tokens.shape[0]},), got {tuple(lengths.shape)}")
+        check_tensor("lengths", lengths, dtype="int", shape=(tokens.shape[0],), what="(batch,)")
         lo, hi = int(lengths.min()), int(lengths.max())
         if lo < 1 or hi > tokens.shape[1]:
             raise ValueError(f"lengths must lie in [1, seq_len={tokens.shape[1]}], got min {lo}, max {hi}")

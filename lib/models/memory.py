@@ -40,6 +40,7 @@ import torch.nn.functional as F
 
 from lib.attention import MultiHeadAttention, look_ahead_mask
 from lib.layers import PositionwiseFeedForward, layer_norm, num_parameters
+from lib.validate import check_int, check_probability
 
 __all__ = ["AdaptiveSpanMask", "CausalSelfAttention", "CharLMConfig", "CharLM", "ProductKeyMemory"]
 
@@ -60,10 +61,9 @@ class AdaptiveSpanMask(nn.Module):
 
     def __init__(self, num_heads: int, max_span: int, ramp: int, init_ratio: float = 0.0):
         super().__init__()
-        if max_span < 1 or ramp < 1:
-            raise ValueError(f"max_span and ramp must be positive, got {max_span} and {ramp}")
-        if not 0.0 <= init_ratio <= 1.0:
-            raise ValueError(f"init_ratio must be in [0, 1], got {init_ratio}")
+        check_int("max_span", max_span, 1)
+        check_int("ramp", ramp, 1)
+        check_probability("init_ratio", init_ratio)
         self.max_span, self.ramp = max_span, ramp
         self.span_ratio = nn.Parameter(torch.full((num_heads, 1, 1), float(init_ratio)))
 

@@ -39,6 +39,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from lib.attention import DotAttention, padding_mask
 from lib.layers import num_parameters
+from lib.validate import check_choice, check_int, check_probability, check_tensor
 from lib.text import collate_pairs
 from lib.train.loaders import LengthBucketSampler  # re-exported: chapters 1 and 3 use seq2seq.LengthBucketSampler
 
@@ -64,13 +65,9 @@ class Seq2SeqConfig:
 
     def __post_init__(self):
         for name in ("src_vocab_size", "tgt_vocab_size", "emb_dim", "hidden_dim", "num_layers"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"Seq2SeqConfig.{name} must be a positive int, got {value!r}")
-        if self.cell not in ("gru", "lstm"):
-            raise ValueError(f"Seq2SeqConfig.cell must be 'gru' or 'lstm', got {self.cell!r}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"Seq2SeqConfig.dropout must be in [0, 1), got {self.dropout!r}")
+            check_int(f"Seq2SeqConfig.{name}", getattr(self, name), 1)
+        check_choice("Seq2SeqConfig.cell", self.cell, ("gru", "lstm"))
+        check_probability("Seq2SeqConfig.dropout", self.dropout, allow_one=False)
 
     def asdict(self) -> dict:
         return asdict(self)
@@ -91,21 +88,13 @@ def _top_hidden(state) -> torch.Tensor:
 # ----------------------------------------------------------------------------- checks
 
 def _check_ids(name: str, x, batch: int | None = None) -> None:
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor of token ids, got {type(x).__name__}")
-    if x.dtype not in (torch.int64, torch.int32):
-        raise TypeError(f"{name} must hold integer token ids (int64), got dtype {x.dtype}")
-    if x.dim() != 2:
-        raise ValueError(f"{name} must be (batch, time), got shape {tuple(x.shape)}")
+    check_tensor(name, x, dtype=(torch.int64, torch.int32), dim=2, what="(batch, time) token ids")
     if batch is not None and x.shape[0] != batch:
         raise ValueError(f"{name} has batch size {x.shape[0]}, but src has {batch}")
 
 
 def _check_lengths(src: torch.Tensor, src_len) -> torch.Tensor:
-    if not isinstance(src_len, torch.Tensor):
-        raise TypeError(f"src_len must be a torch.Tensor of lengths, got {type(src_len).__name__}")
-    if src_len.dim() != 1 or src_len.shape[0] != src.shape[0]:
-        raise ValueError(f"src_len must be (batch,)=({src.shape[0]},), got shape {tuple(src_len.shape)}")
+    check_tensor("src_len", src_len, shape=(src.shape[0],), what="(batch,)")
     if src_len.numel() and (int(src_len.min()) < 1 or int(src_len.max()) > src.shape[1]):
         raise ValueError(f"src_len must be between 1 and the padded source length {src.shape[1]}, "
                          f"got min {int(src_len.min())}, max {int(src_len.max())}")
@@ -247,8 +236,7 @@ class Seq2Seq(nn.Module):
         ``pad_id``) and the attention weights ``(B, T, S)`` (zero rows after EOS), or ``None``
         for the fixed-context model.
         """
-        if not isinstance(max_len, int) or max_len < 1:
-            raise ValueError(f"max_len must be a positive int, got {max_len!r}")
+        check_int("max_len", max_len, 1)
         cfg = self.cfg
         memory = self.encode(src, src_len)
         B = src.shape[0]

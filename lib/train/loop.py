@@ -435,7 +435,7 @@ def fit(model: nn.Module, train_loader: Iterable, *, optimizer: torch.optim.Opti
                           epoch end and when training stops. ``resume=True`` continues from it if the
                           file exists (and starts afresh if not); see the module docstring for why the
                           result equals an uninterrupted run.
-    progress, log_every   a tqdm bar (None = automatic, see ``_show_bar``), or a text line every
+    progress, log_every   a tqdm bar (None = automatic, see ``lib.train.progress.show_bar``), or a text line every
                           ``log_every`` steps. ``log_every`` is also how often the averaged training
                           metrics are written to the history (and at every epoch end / evaluation);
                           ``log_every=None`` writes history records only at epoch ends / evaluations.

@@ -414,6 +414,7 @@ def test_sandbox_hides_files_network_and_kills_tree(tmp_path):
         for what, code in probes.items():
             r = k.execute(code, 20)
             assert r.status == "error", (what, r)
+        assert not (ROOT / "attack.txt").exists()
         r = k.execute("open('inside.txt', 'w').write('ok')", 20)
         assert r.status == "ok" and (box / "work" / "inside.txt").read_text() == "ok"
         # the sandbox's /tmp is private: a write next to its box lands there, not on the host

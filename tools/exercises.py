@@ -359,6 +359,9 @@ def sandbox_argv(box: Path, command: list[str], env: dict[str, str], memory_byte
     for d in pydirs:
         argv += ["--ro-bind", d, d]
     argv += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--bind", str(box), str(box),
+             # the sandbox's root is a tmpfs holding the mount points; read-only, so that a folder
+             # made for one (e.g. the checkout when the venv lives in it) cannot be written either
+             "--remount-ro", "/",
              "--chdir", str(box / "work")]
     for k, v in env.items():
         argv += ["--setenv", k, v]

@@ -17,12 +17,7 @@ measured back to back in the same process.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import statistics
 import sys
-import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
@@ -31,21 +26,12 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from lib import device, generate  # noqa: E402
-from lib.io import atomic_write  # noqa: E402
+import _report  # noqa: E402  (benchmarks/_report.py)
 from lib.models.gpt import GPT, GPTConfig  # noqa: E402
 
 
 def greedy(model: GPT, prompt: torch.Tensor, new_tokens: int, use_cache: bool) -> torch.Tensor:
     return generate.greedy(model, prompt, eos_id=None, max_new_tokens=new_tokens, use_cache=use_cache).tokens
-
-
-def timed(fn, repeats: int):
-    times, out = [], None
-    for _ in range(repeats):
-        t = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times), times, out
 
 
 def main(argv=None) -> dict:
@@ -64,21 +50,8 @@ def main(argv=None) -> dict:
     model = GPT(cfg).to(dev).eval()
     g = torch.Generator().manual_seed(0)
     prompt = torch.randint(0, cfg.vocab_size, (args.batch_size, args.prompt_len), generator=g).to(dev)
-    greedy(model, prompt, 8, True), greedy(model, prompt, 8, False)          # warm-up
-
-    rows = []
-    for n in args.new_tokens:
-        t_cache, all_cache, a = timed(lambda: greedy(model, prompt, n, True), args.repeats)
-        t_plain, all_plain, b = timed(lambda: greedy(model, prompt, n, False), args.repeats)
-        if not torch.equal(a, b):
-            raise SystemExit(f"cache and no-cache decoding disagree at {n} new tokens")
-        row = {"new_tokens": n, "seconds_cache": t_cache, "seconds_no_cache": t_plain,
-               "speedup": t_plain / t_cache, "tokens_per_s_cache": n * args.batch_size / t_cache,
-               "tokens_per_s_no_cache": n * args.batch_size / t_plain,
-               "all_seconds_cache": all_cache, "all_seconds_no_cache": all_plain, "same_tokens": True}
-        rows.append(row)
-        print(f"{n:4d} new tokens: cache {t_cache:7.2f} s, no cache {t_plain:7.2f} s, speed-up {row['speedup']:.1f}x",
-              flush=True)
+    rows = _report.kv_cache_rows(lambda n, use_cache: greedy(model, prompt, n, use_cache),
+                                 args.new_tokens, args.batch_size, args.repeats)
 
     result = {
         "benchmark": "bench_gpt_kv_cache",
@@ -90,16 +63,8 @@ def main(argv=None) -> dict:
         "batch_size": args.batch_size, "prompt_len": args.prompt_len, "repeats": args.repeats,
         "results": rows,
         "goal": "speed-up >= 5 at 512 new tokens",
-        "device": device.summary(),
-        "torch_threads": torch.get_num_threads(),
-        "load_average_at_end": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_write(args.out, "w", encoding="utf-8") as f:
-        json.dump(result, f, indent=2, ensure_ascii=False)
-    print(f"wrote {args.out}")
-    return result
+    return _report.write(args.out, result)
 
 
 if __name__ == "__main__":

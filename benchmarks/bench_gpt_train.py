@@ -16,12 +16,9 @@ Not part of the test pass; written to ``results/bench_gpt_train.json`` (or ``--o
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
@@ -31,7 +28,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from lib import device  # noqa: E402
-from lib.io import atomic_write  # noqa: E402
+import _report  # noqa: E402  (benchmarks/_report.py)
 from lib.models.gpt import GPT, GPTConfig, hf_gpt2_table  # noqa: E402
 from lib.models.reference import copy_weights  # noqa: E402
 
@@ -118,16 +115,8 @@ def main(argv=None) -> dict:
         "ratio_lib_over_hf": ratio,
         "goal": "ratio >= 1 (ours at least as fast)",
         "transformers": transformers.__version__,
-        "device": device.summary(),
-        "torch_threads": torch.get_num_threads(),
-        "load_average_at_end": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_write(args.out, "w", encoding="utf-8") as f:
-        json.dump(result, f, indent=2, ensure_ascii=False)
-    print(f"wrote {args.out}")
-    return result
+    return _report.write(args.out, result)
 
 
 if __name__ == "__main__":

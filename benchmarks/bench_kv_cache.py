@@ -16,12 +16,7 @@ measured back to back in the same process and is the number to read.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import statistics
 import sys
-import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
@@ -30,17 +25,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from lib import device, generate  # noqa: E402
-from lib.io import atomic_write  # noqa: E402
+import _report  # noqa: E402  (benchmarks/_report.py)
 from lib.models.transformer import Transformer, TransformerConfig  # noqa: E402
-
-
-def timed(fn, repeats: int):
-    times, out = [], None
-    for _ in range(repeats):
-        t = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times), times, out
 
 
 def main(argv=None) -> dict:
@@ -62,25 +48,10 @@ def main(argv=None) -> dict:
     src = torch.randint(7, cfg.src_vocab_size, (args.batch_size, args.src_len), generator=g).to(dev)
     kw = dict(bos_id=2, eos_id=None, pad_id=0)
 
-    # warm-up (allocator, kernels) so that the first timing is not penalised
-    generate.greedy(model, src, max_new_tokens=8, use_cache=True, **kw)
-    generate.greedy(model, src, max_new_tokens=8, use_cache=False, **kw)
+    def decode(n, use_cache):
+        return generate.greedy(model, src, max_new_tokens=n, use_cache=use_cache, **kw).tokens
 
-    rows = []
-    for n in args.new_tokens:
-        t_cache, all_cache, a = timed(lambda: generate.greedy(model, src, max_new_tokens=n, use_cache=True, **kw),
-                                      args.repeats)
-        t_plain, all_plain, b = timed(lambda: generate.greedy(model, src, max_new_tokens=n, use_cache=False, **kw),
-                                      args.repeats)
-        if not torch.equal(a.tokens, b.tokens):
-            raise SystemExit(f"cache and no-cache decoding disagree at {n} new tokens")
-        row = {"new_tokens": n, "seconds_cache": t_cache, "seconds_no_cache": t_plain,
-               "speedup": t_plain / t_cache, "tokens_per_s_cache": n * args.batch_size / t_cache,
-               "tokens_per_s_no_cache": n * args.batch_size / t_plain,
-               "all_seconds_cache": all_cache, "all_seconds_no_cache": all_plain, "same_tokens": True}
-        rows.append(row)
-        print(f"{n:4d} new tokens: cache {t_cache:7.2f} s, no cache {t_plain:7.2f} s, speed-up {row['speedup']:.1f}x",
-              flush=True)
+    rows = _report.kv_cache_rows(decode, args.new_tokens, args.batch_size, args.repeats)
 
     result = {
         "benchmark": "bench_kv_cache",
@@ -90,16 +61,8 @@ def main(argv=None) -> dict:
         "batch_size": args.batch_size, "src_len": args.src_len, "repeats": args.repeats,
         "results": rows,
         "goal": "speed-up >= 5 at 512 new tokens",
-        "device": device.summary(),
-        "torch_threads": torch.get_num_threads(),
-        "load_average_at_end": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_write(args.out, "w", encoding="utf-8") as f:
-        json.dump(result, f, indent=2, ensure_ascii=False)
-    print(f"wrote {args.out}")
-    return result
+    return _report.write(args.out, result)
 
 
 if __name__ == "__main__":

@@ -470,13 +470,15 @@ class Kernel:
         self.km.start_kernel(cwd=str(box / "work"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         with contextlib.suppress(Exception):
             outer = self.km.provisioner.process.pid
-            for _ in range(50):
-                kids = _children(outer)
-                if kids:
-                    ns = _pid_ns(kids[0])
-                    # a sandbox has its own PID namespace; anything else is never recorded (kill()
-                    # SIGKILLs every process of a recorded namespace)
-                    self.ns = ns if ns and ns != _pid_ns(os.getpid()) else None
+            # bwrap may take a while to fork its child on a loaded machine: wait for it (up to
+            # 30 s, as long as bwrap lives) rather than calling a slow start a failed sandbox
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and self.km.provisioner.process.poll() is None:
+                ns = next((_pid_ns(k) for k in _children(outer)), None)
+                # a sandbox has its own PID namespace; anything else is never recorded (kill()
+                # SIGKILLs every process of a recorded namespace)
+                if ns and ns != _pid_ns(os.getpid()):
+                    self.ns = ns
                     break
                 time.sleep(0.02)
         if not self.ns:

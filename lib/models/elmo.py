@@ -40,6 +40,7 @@ Interface
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 
 import torch
@@ -48,6 +49,11 @@ import torch.nn.functional as F
 
 from lib.layers import num_parameters
 from lib.models.bilstm_attention import reverse_padded
+
+# PyTorch's CPU build says once per process that oneDNN has no LSTM with projections and that it
+# uses its own kernel instead: the results are the same, so the notice is not shown to readers.
+warnings.filterwarnings("ignore", message="LSTM with projections is not supported with oneDNN",
+                        category=UserWarning)
 
 __all__ = ["PAD", "BOW", "EOW", "BOS", "EOS", "CHAR_VOCAB", "encode_word", "encode_batch",
            "ELMoConfig", "CharCNN", "Highway", "BiLM", "ScalarMix"]

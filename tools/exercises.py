@@ -400,9 +400,36 @@ def processes_in_ns(ns: str) -> list[int]:
     return [int(d) for d in os.listdir("/proc") if d.isdigit() and _pid_ns(int(d)) == ns]
 
 
-# every sandbox PID namespace this process created; grade_dir waits for all of them to be empty
+# every sandbox PID namespace this process created; grade_dir waits for all of them to be empty.
+# Each is held open (a file descriptor on /proc/PID/ns/pid) until it has been reaped: a namespace
+# that is still referenced keeps its inode, so a sandbox started later (grading runs in parallel)
+# can never get the same identity and be killed by the cleanup of an earlier one.
 _SANDBOXES: set[str] = set()
+_NS_FDS: dict[str, int] = {}
 _SANDBOXES_LOCK = __import__("threading").Lock()
+
+
+def _hold_ns(pid: int) -> str | None:
+    """Open the PID namespace of ``pid`` and keep it open; its identity (``pid:[inode]``)."""
+    try:
+        fd = os.open(f"/proc/{pid}/ns/pid", os.O_RDONLY)
+    except OSError:
+        return None
+    ns = os.readlink(f"/proc/self/fd/{fd}")
+    with _SANDBOXES_LOCK:
+        if ns == _pid_ns(os.getpid()) or ns in _NS_FDS:
+            os.close(fd)
+        else:
+            _NS_FDS[ns] = fd
+    return ns
+
+
+def _release_ns(ns: str) -> None:
+    """Forget an empty sandbox namespace and let it go (after which its identity may be reused)."""
+    with _SANDBOXES_LOCK:
+        _SANDBOXES.discard(ns)
+        with contextlib.suppress(KeyError, OSError):
+            os.close(_NS_FDS.pop(ns))
 
 
 def reap_sandboxes(wait: float = 10.0) -> list[int]:
@@ -413,8 +440,8 @@ def reap_sandboxes(wait: float = 10.0) -> list[int]:
     while True:
         alive = [p for ns in spaces for p in processes_in_ns(ns)]
         if not alive:
-            with _SANDBOXES_LOCK:
-                _SANDBOXES.difference_update(spaces)
+            for ns in spaces:
+                _release_ns(ns)
             return []
         if time.monotonic() > deadline:
             return alive
@@ -474,7 +501,7 @@ class Kernel:
             # 30 s, as long as bwrap lives) rather than calling a slow start a failed sandbox
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline and self.km.provisioner.process.poll() is None:
-                ns = next((_pid_ns(k) for k in _children(outer)), None)
+                ns = next((_hold_ns(k) for k in _children(outer)), None)
                 # a sandbox has its own PID namespace; anything else is never recorded (kill()
                 # SIGKILLs every process of a recorded namespace)
                 if ns and ns != _pid_ns(os.getpid()):
@@ -551,6 +578,8 @@ class Kernel:
                     with contextlib.suppress(OSError):
                         os.kill(p, 9)
                 time.sleep(0.05)
+            if not processes_in_ns(self.ns):
+                _release_ns(self.ns)   # empty: nothing of it is left to reap
 
 
 # Runs in the kernel before the submission's code: a small RPC server. It answers requests from

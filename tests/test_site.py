@@ -323,3 +323,34 @@ def test_exercise_sets_page_lists_every_set_with_its_download():
         assert target.exists(), f"the exercise sets page links {links[0]}, which was not published"
         assert "BEGIN SOLUTION" not in target.read_text(encoding="utf-8"), f"{links[0]} holds the solutions"
         assert f'href="chapters/{master.parent.name}.html"' in article, f"{master.stem}: no link to its chapter"
+
+
+def test_publish_command_puts_every_file_of_the_site_on_gh_pages(tmp_path):
+    # tools/publish.sh, run from a scratch clone of its own script (ghp-import writes the
+    # gh-pages branch of the repository it runs in, never this one's), pushing to a local
+    # bare repository that stands for GitHub.
+    work, remote = tmp_path / "work", tmp_path / "site.git"
+    (work / "tools").mkdir(parents=True)
+    shutil.copy2(ROOT / "tools" / "publish.sh", work / "tools" / "publish.sh")
+    (work / ".venv").symlink_to(ROOT / ".venv")
+    (work / "_build").symlink_to(ROOT / "_build")
+
+    def git(*args, cwd=work):
+        return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True).stdout
+
+    git("init", "-q", "-b", "main")
+    git("-c", "user.name=t", "-c", "user.email=t@example.org", "commit", "-q", "--allow-empty", "-m", "course")
+    git("init", "-q", "--bare", str(remote), cwd=tmp_path)
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.org",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.org"}
+    out = subprocess.run(["bash", "tools/publish.sh", "--remote", str(remote)], cwd=work, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+    published = set(git("--git-dir", str(remote), "ls-tree", "-r", "--name-only", "gh-pages").splitlines())
+    built = {p.relative_to(HTML).as_posix() for p in HTML.rglob("*") if p.is_file()}
+    assert built - published == set(), f"not published: {sorted(built - published)[:10]}"
+    assert ".nojekyll" in published, "without .nojekyll GitHub Pages would not serve _static/"
+    assert all(p in published for p in site_pages())
+    index = git("--git-dir", str(remote), "show", "gh-pages:index.html")
+    assert index == (HTML / "index.html").read_text(encoding="utf-8")

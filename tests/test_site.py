@@ -354,3 +354,13 @@ def test_publish_command_puts_every_file_of_the_site_on_gh_pages(tmp_path):
     assert all(p in published for p in site_pages())
     index = git("--git-dir", str(remote), "show", "gh-pages:index.html")
     assert index == (HTML / "index.html").read_text(encoding="utf-8")
+
+
+def test_no_page_shows_the_build_machines_paths():
+    # Outputs are published as the build printed them; a path of the machine that built the
+    # book (its checkout, a PosixPath repr) tells a reader nothing and leaks the build host.
+    for rel in site_pages():
+        text = (HTML / rel).read_text(encoding="utf-8")
+        for leak in (str(ROOT), "PosixPath('/", "WindowsPath("):
+            at = text.find(leak)
+            assert at < 0, f"{rel} shows {text[max(0, at - 40):at + 100]!r}"

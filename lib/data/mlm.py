@@ -32,7 +32,7 @@ import torch
 from lib.validate import check_int, check_probability, check_tensor
 
 __all__ = ["IGNORE_INDEX", "candidate_mask", "choose_positions", "corrupt_80_10_10", "mask_tokens",
-           "truncate_pair", "pack_pair", "PairExample", "nsp_examples", "IS_NEXT", "NOT_NEXT"]
+           "truncate_pair", "pack_pair", "PairExample", "nsp_examples", "collate_pretraining", "IS_NEXT", "NOT_NEXT"]
 
 IGNORE_INDEX = -100       # the label of positions the MLM loss ignores (cross_entropy's default)
 IS_NEXT, NOT_NEXT = 0, 1  # NSP labels, as in Hugging Face's BertForPreTraining
@@ -208,3 +208,28 @@ def nsp_examples(documents: Sequence[Sequence[Sequence[int]]], max_seq_length: i
                 chunk, length = [], 0
             i += 1
     return out
+
+
+def collate_pretraining(examples: Sequence[PairExample], mask_id: int, vocab_size: int, pad_id: int,
+                        special_ids: Iterable[int], generator: torch.Generator | None = None,
+                        **mask_kwargs) -> dict[str, torch.Tensor]:
+    """A batch of :class:`PairExample` -> padded tensors with fresh 80/10/10 masking:
+    ``input_ids``, ``token_type_ids``, ``attention_mask`` (bool), ``mlm_labels`` (-100 where not
+    chosen) and ``nsp_labels`` (0 IsNext, 1 NotNext).
+
+    Masking here, per batch, gives every pass over the data new masks (RoBERTa's *dynamic*
+    masking); the original code masked once when it wrote the data, ``dupe_factor`` = 10 times
+    with different masks."""
+    if not examples:
+        raise ValueError("collate_pretraining needs at least one example")
+    T = max(len(e.tokens) for e in examples)
+    ids = torch.full((len(examples), T), pad_id, dtype=torch.long)
+    types = torch.zeros((len(examples), T), dtype=torch.long)
+    for i, e in enumerate(examples):
+        ids[i, :len(e.tokens)] = torch.tensor(e.tokens)
+        types[i, :len(e.segment_ids)] = torch.tensor(e.segment_ids)
+    keep = torch.arange(T)[None, :] < torch.tensor([len(e.tokens) for e in examples])[:, None]
+    inputs, labels = mask_tokens(ids, mask_id, vocab_size, special_ids=special_ids, pad_id=pad_id,
+                                 attention_mask=keep, generator=generator, **mask_kwargs)
+    return {"input_ids": inputs, "token_type_ids": types, "attention_mask": keep, "mlm_labels": labels,
+            "nsp_labels": torch.tensor([e.nsp_label for e in examples])}

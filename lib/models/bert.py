@@ -344,7 +344,8 @@ class BertMLMHead(nn.Module):
         self.bias = nn.Parameter(torch.zeros(word_embeddings.num_embeddings))
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.decoder(self.norm(F.gelu(self.dense(hidden)))) + self.bias
+        # the bias inside the matrix product (one pass over the (…, V) logits, not two)
+        return F.linear(self.norm(F.gelu(self.dense(hidden))), self.decoder.weight, self.bias)
 
 
 @dataclass
@@ -414,14 +415,21 @@ class BertForPreTraining(nn.Module):
 
 class BertForSequenceClassification(nn.Module):
     """Fine-tuning head of the paper: ``Linear(Dropout(pooled [CLS]))`` -> ``num_labels`` logits.
-    Every weight of the encoder is trained along with the head."""
+    Every weight of the encoder is trained along with the head.
+
+    ``pooling="mean"`` classifies the mean of the last states of the real tokens instead (what a
+    sentence-embedding model such as all-MiniLM-L6-v2 was trained to produce); the pooler is then
+    not built."""
     backbone = BertModel
 
-    def __init__(self, cfg: BertConfig, num_labels: int = 2):
+    def __init__(self, cfg: BertConfig, num_labels: int = 2, pooling: str = "cls"):
         super().__init__()
         self.cfg = cfg
         self.num_labels = check_int("num_labels", num_labels, 1)
-        self.bert = self.backbone(cfg)
+        if pooling not in ("cls", "mean"):
+            raise ValueError(f"pooling must be 'cls' (the pooled [CLS] state) or 'mean', got {pooling!r}")
+        self.pooling = pooling
+        self.bert = self.backbone(cfg, add_pooler=pooling == "cls")
         self.drop = nn.Dropout(cfg.dropout)
         self.classifier = nn.Linear(cfg.hidden_size, num_labels)
         init_bert_weights(self.classifier, cfg.initializer_range)
@@ -431,7 +439,13 @@ class BertForSequenceClassification(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-        return self.classifier(self.drop(self.bert(input_ids, token_type_ids, attention_mask).pooled))
+        out = self.bert(input_ids, token_type_ids, attention_mask)
+        if self.pooling == "cls":
+            features = out.pooled
+        else:
+            keep = attention_mask if attention_mask is not None else torch.ones_like(input_ids)
+            features = mean_pool(out.last_hidden_state, keep)
+        return self.classifier(self.drop(features))
 
 
 def load_hf_bert(model: nn.Module, source: nn.Module | Mapping[str, torch.Tensor]) -> nn.Module:

@@ -133,3 +133,37 @@ def test_sentences_left_over_by_a_random_b_are_used_again():
     sentences = [s for d in docs for s in d]
     used = sum(any(t in in_a for t in s) for s in sentences) / len(sentences)
     assert used > 0.9, used        # the original puts them back; dropping them loses about half
+
+
+def test_collate_pads_masks_and_labels_a_batch():
+    from lib.data.mlm import PairExample, collate_pretraining
+    examples = [PairExample([CLS, 10, 11, 12, SEP, 13, SEP], [0, 0, 0, 0, 0, 1, 1], False),
+                PairExample([CLS, 14, SEP, 15, SEP], [0, 0, 0, 1, 1], True)] * 200
+    batch = collate_pretraining(examples, MASK, V, PAD, (CLS, SEP), generator=torch.Generator().manual_seed(0))
+    assert batch["input_ids"].shape == (400, 7)
+    assert batch["attention_mask"][1].tolist() == [True] * 5 + [False] * 2
+    assert batch["token_type_ids"][1].tolist() == [0, 0, 0, 1, 1, 0, 0]
+    assert batch["nsp_labels"][:2].tolist() == [0, 1]
+    chosen = batch["mlm_labels"] != IGNORE_INDEX
+    assert not chosen[~batch["attention_mask"]].any()
+    assert chosen.sum(1).min() == 1                          # round(15 % of 2 or 4) -> at least one
+    assert torch.equal(batch["input_ids"][~chosen], torch.stack([torch.tensor(
+        e.tokens + [PAD] * (7 - len(e.tokens))) for e in examples])[~chosen])
+
+
+def test_movie_documents_leave_out_test_reviews_and_keep_time_order():
+    from lib.data.nsmc import is_test
+    from lib.data.nsmc_corpus import movie_documents
+    rows = [{"review_id": i, "movie_id": i % 3, "rating": 5, "review": f"리뷰 {i}"} for i in range(300)]
+    rows.append({"review_id": 1000, "movie_id": 7, "rating": 5, "review": "   "})
+    docs = movie_documents(rows)
+    texts = [t for d in docs for t in d]
+    assert len(docs) == 3
+    assert all(not is_test(int(t.split()[1])) for t in texts)
+    assert len(texts) == sum(not is_test(i) for i in range(300))
+    for d in docs:
+        ids = [int(t.split()[1]) for t in d]
+        assert ids == sorted(ids) and len({i % 3 for i in ids}) == 1
+    assert len(movie_documents(rows, max_reviews=10)) == 1
+    with pytest.raises(ValueError, match="load_nsmc_raw"):
+        movie_documents([{"review": "x"}])

@@ -20,6 +20,8 @@ which), so NSP is self-supervised like MLM: no human labels anything.
 ``choose_positions`` and ``corrupt_80_10_10`` are separate so that other units of masking reuse
 the 80/10/10 step (ERNIE chooses whole phrases and entities; pass its ``chosen`` mask);
 ``truncate_pair`` and ``pack_pair`` build ALBERT's sentence-order pairs as well.
+
+Explained in chapters/08_bert.ipynb.
 """
 from __future__ import annotations
 

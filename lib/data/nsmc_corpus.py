@@ -9,6 +9,8 @@ another movie. The labels still come from the raw text alone (self-supervised).
 
 The reviews of the sentiment test split (:func:`lib.data.nsmc.is_test`) are left out, so the
 pre-trained model has never read a review it is later tested on.
+
+Explained in chapters/08_bert.ipynb.
 """
 from __future__ import annotations
 

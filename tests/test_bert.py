@@ -179,3 +179,19 @@ def test_bad_inputs_give_clear_errors():
         BertConfig(dropout=1.0)
     with pytest.raises(TypeError, match="BertConfig"):
         BertModel(dict(SMALL))
+
+
+def test_mean_pooling_classifier_ignores_padding_and_has_no_pooler():
+    torch.manual_seed(0)
+    model = BertForSequenceClassification(BertConfig(**SMALL, dropout=0.0, attention_dropout=0.0),
+                                          pooling="mean").eval()
+    assert model.bert.pooler is None
+    ids, types, mask = _inputs(5)
+    longer = torch.cat([ids, torch.zeros(4, 3, dtype=torch.long)], dim=1)     # three more padding positions
+    with torch.no_grad():
+        a = model(ids, types, mask)
+        b = model(longer, torch.cat([types, torch.ones(4, 3, dtype=torch.long)], 1),
+                  torch.cat([mask, torch.zeros(4, 3, dtype=torch.long)], 1))
+    torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="pooling"):
+        BertForSequenceClassification(BertConfig(**SMALL), pooling="max")

@@ -36,6 +36,8 @@ sequence order (the first tokens win, not the most confident ones); the expert's
 scaled by the router probability of the chosen expert; the load-balancing loss counts each
 token's top-1 choice *before* the capacity drop and averages ``N * sum_i f_i P_i`` over the
 groups.
+
+Explained in chapters/12_switch.ipynb.
 """
 from __future__ import annotations
 
@@ -65,7 +67,7 @@ def expert_capacity(tokens: int, num_experts: int, capacity_factor: float) -> in
     tokens = validate.check_int("tokens", tokens, minimum=1)
     num_experts = validate.check_int("num_experts", num_experts, minimum=1)
     capacity_factor = validate.check_float("capacity_factor", capacity_factor, positive=True)
-    # round before ceil: 64 * 1.1 / 4 is 17.600000000000001 in floating point, and must stay 18, not 19
+    # round before ceil: 100 * 1.1 / 10 is 11.000000000000002 in floating point, and must give 11, not 12
     return max(1, math.ceil(round(tokens * capacity_factor / num_experts, 9)))
 
 

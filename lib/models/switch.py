@@ -199,7 +199,7 @@ class SwitchFFN(nn.Module):
 
     def route(self, x: torch.Tensor) -> Routing:
         """The router, in float32 whatever the dtype of ``x`` (bfloat16 keeps float32's exponent
-        range but only 8 bits of mantissa: too coarse for a softmax whose argmax decides)."""
+        range but only 7 stored mantissa bits: too coarse for a softmax whose argmax decides)."""
         h = x.float()
         if self.training and self.jitter > 0:
             h = h * torch.empty_like(h).uniform_(1.0 - self.jitter, 1.0 + self.jitter)

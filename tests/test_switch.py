@@ -163,6 +163,18 @@ def test_balance_is_one_for_uniform_routing_and_grows_as_routing_collapses():
     assert load_balancing_loss(collapsed, collapsed.argmax(-1)).item() == pytest.approx(n)
 
 
+def test_aux_loss_of_a_layer_with_uniform_routing_is_alpha():
+    layer = SwitchFFN(4, 8, 4, 1.0)
+    with torch.no_grad():
+        layer.router.weight.copy_(3.0 * torch.eye(4))          # token t goes to expert t % 4
+    x = F.one_hot(torch.arange(12) % 4, 4).float()[None].repeat(2, 1, 1)
+    layer(x)
+    assert layer.stats.dropped_fraction == 0.0
+    assert torch.allclose(layer.stats.expert_fraction, torch.full((4,), 0.25))
+    assert layer.stats.balance.item() == pytest.approx(1.0, abs=1e-6)
+    assert layer.stats.aux_loss.item() == pytest.approx(0.01, abs=1e-8)
+
+
 def test_balance_gradient_moves_probability_away_from_the_overloaded_expert():
     logits = torch.zeros(1, 8, 4)
     logits[0, :6, 0] = 1.0          # six of eight tokens prefer expert 0

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -85,24 +84,8 @@ def main(argv=None) -> dict:
         raise SystemExit(f"the two models disagree: max |logit difference| {diff}")
 
     runs = {"lib T5": forward_ours, "HF T5ForConditionalGeneration": forward_hf}
-
-    @torch.no_grad()
-    def run(name, steps):
-        if dev.type == "cuda":
-            torch.cuda.synchronize()
-        t = time.perf_counter()
-        for _ in range(steps):
-            runs[name]()
-        if dev.type == "cuda":
-            torch.cuda.synchronize()
-        return time.perf_counter() - t
-
-    for name in runs:                      # warm-up
-        run(name, 1)
-    seconds = {name: [] for name in runs}
-    for _ in range(args.repeats):
-        for name in runs:
-            seconds[name].append(run(name, args.steps))
+    with torch.no_grad():
+        seconds = _report.alternate(runs, args.steps, args.repeats, dev)
     tokens = args.steps * args.batch_size * (args.src_len + args.tgt_len)
     tps = {name: tokens / statistics.median(s) for name, s in seconds.items()}
     ratio = tps["lib T5"] / tps["HF T5ForConditionalGeneration"]

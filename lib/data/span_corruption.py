@@ -22,6 +22,8 @@ How the spans are drawn (as in T5's ``random_spans_noise_mask``), for a text of 
 
     from lib.data.span_corruption import noise_mask, span_corrupt
     inputs, targets = span_corrupt(ids, sentinels=[32099, 32098, ...], eos_id=1, generator=g)
+
+Explained in chapters/11_t5.ipynb.
 """
 from __future__ import annotations
 

@@ -40,6 +40,8 @@ values and the cross-attention keys and values of the encoder output (computed o
 :func:`hf_t5_table` maps our weights to Hugging Face's ``T5ForConditionalGeneration`` for
 :func:`lib.models.reference.copy_weights`; the tests check that the logits agree.
 :func:`mask_pattern` draws the three attention patterns of the paper's Figure 3.
+
+Explained in chapters/11_t5.ipynb.
 """
 from __future__ import annotations
 

@@ -30,6 +30,7 @@ Read top to bottom::
     RelativeLayer           post-LN attention + feed-forward (shared with lib.models.xlnet)
     update_memory           [memory; new states][-mem_len:], detached
     TransformerXLConfig, TransformerXL   the character/word language model with memory
+    batchify, evaluate_with_memory, evaluate_sliding_window   the two ways to evaluate it
 
 Shapes are batch-first: hidden states ``(B, T, d_model)``, memories a list with one
 ``(B, M, d_model)`` tensor per layer (the *input* of that layer in the previous segments).
@@ -45,6 +46,7 @@ then ``LN(y + FF(y))``.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 
 import torch
@@ -58,7 +60,7 @@ from lib.validate import check_int, check_tensor
 
 __all__ = ["relative_distances", "relative_sinusoid", "rel_shift", "RelativeMultiHeadAttention",
            "RelativeLayer", "update_memory", "causal_memory_mask", "TransformerXLConfig", "TransformerXL",
-           "hf_xlnet_table"]
+           "hf_xlnet_table", "batchify", "evaluate_with_memory", "evaluate_sliding_window"]
 
 ACTIVATIONS = {"gelu": F.gelu, "relu": F.relu}
 
@@ -341,6 +343,66 @@ class TransformerXL(nn.Module):
                 raise ValueError(f"targets must have the shape of idx {tuple(idx.shape)}, got {tuple(targets.shape)}")
             loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100)
         return logits, loss, new_mems
+
+
+# ----------------------------------------------------------------------------- evaluation
+
+def batchify(ids: torch.Tensor, batch_size: int) -> torch.Tensor:
+    """A long 1-D token stream -> ``(batch_size, N // batch_size)``: ``batch_size`` contiguous
+    streams side by side (the remainder is dropped), so that segment ``k + 1`` of every row
+    continues segment ``k`` of the same row, as the memory assumes."""
+    check_tensor("ids", ids, dtype=torch.long, dim=1)
+    check_int("batch_size", batch_size, 1, len(ids) // 2)
+    n = len(ids) // batch_size
+    return ids[: n * batch_size].view(batch_size, n)
+
+
+@torch.no_grad()
+def evaluate_with_memory(model: TransformerXL, stream: torch.Tensor, seg_len: int, mem_len: int) -> dict:
+    """Mean next-token loss over ``stream (B, N)``, read one segment of ``seg_len`` at a time with
+    ``mem_len`` positions of memory (0: every segment starts from nothing). Every token but the
+    first of each row is predicted once. Returns ``{"loss", "tokens", "seconds", "loss_by_offset"}``,
+    the last the mean loss at each offset ``0 .. seg_len - 1`` inside a segment."""
+    check_tensor("stream", stream, dtype=torch.long, dim=2, what="(batch, time)")
+    check_int("seg_len", seg_len, 1)
+    check_int("mem_len", mem_len, 0)
+    was_training = model.training
+    model.eval()
+    start = time.perf_counter()
+    total, count, mems = 0.0, 0, None
+    by_offset = torch.zeros(seg_len, dtype=torch.float64)          # summed loss per offset in a segment
+    seen = torch.zeros(seg_len, dtype=torch.float64)
+    for s in range(0, stream.shape[1] - 1, seg_len):
+        y = stream[:, s + 1:s + seg_len + 1]
+        x = stream[:, s:s + y.shape[1]]
+        logits, _, mems = model(x, mems=mems, mem_len=mem_len)
+        losses = F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none").view(y.shape)
+        total += losses.sum().item()
+        count += y.numel()
+        by_offset[:y.shape[1]] += losses.sum(0).double().cpu()
+        seen[:y.shape[1]] += y.shape[0]
+    model.train(was_training)
+    return {"loss": total / count, "tokens": count, "seconds": time.perf_counter() - start,
+            "loss_by_offset": (by_offset / seen.clamp(min=1)).tolist()}
+
+
+@torch.no_grad()
+def evaluate_sliding_window(model: TransformerXL, ids: torch.Tensor, context: int, positions: int) -> dict:
+    """The vanilla evaluation: predict each of ``positions`` tokens of the 1-D ``ids`` (after the
+    first ``context``) from a fresh window of the ``context`` tokens before it, recomputing the
+    whole window for every token, no memory. Returns ``{"loss", "tokens", "seconds"}``."""
+    check_tensor("ids", ids, dtype=torch.long, dim=1)
+    check_int("context", context, 1)
+    check_int("positions", positions, 1, len(ids) - context)
+    was_training = model.training
+    model.eval()
+    start = time.perf_counter()
+    total = 0.0
+    for t in range(context, context + positions):
+        logits, _, _ = model(ids[None, t - context:t], mem_len=0)
+        total += F.cross_entropy(logits[:, -1], ids[t:t + 1], reduction="sum").item()
+    model.train(was_training)
+    return {"loss": total / positions, "tokens": positions, "seconds": time.perf_counter() - start}
 
 
 # ----------------------------------------------------------------------------- reference

@@ -21,7 +21,7 @@ is needed. Hence two streams through the same layers (same weights):
   its position (through the relative encoding).
 
 The output layer reads the query stream. XLNet predicts only the last ``1/K`` tokens of each
-order (*partial prediction*, K = 6 or 7 in the paper), for which enough context exists.
+order (*partial prediction*; the paper's large model uses K = 6), for which enough context exists.
 
 Read top to bottom::
 

@@ -42,6 +42,8 @@ a Transformer-XL with XLNet's layer layout (post-LN, no embedding scale, no adap
 softmax). :func:`hf_xlnet_table` maps our weights to it, and the tests check equality with
 memory over several segments. The layer layout here is therefore XLNet's: ``LN(x + Attn(x))``
 then ``LN(y + FF(y))``.
+
+Explained in chapters/09_transformer_xl_xlnet.ipynb.
 """
 from __future__ import annotations
 

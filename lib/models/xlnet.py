@@ -32,6 +32,8 @@ Read top to bottom::
     hf_xlnet_table          our keys <- XLNetLMHeadModel / XLNetModel keys
 
 Shapes are batch-first (HF works sequence-first inside). Masks are boolean, True = may attend.
+
+Explained in chapters/09_transformer_xl_xlnet.ipynb.
 """
 from __future__ import annotations
 

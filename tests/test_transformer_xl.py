@@ -219,3 +219,46 @@ def test_num_parameters():
     per_layer = 5 * D * D + 2 * D + 2 * D + (D * F + F) + (F * D + D) + 2 * D
     assert model.num_parameters() == V * D + V + L * per_layer
     assert model.num_parameters(exclude_embeddings=True) == L * per_layer
+
+
+# ----------------------------------------------------------------------------- evaluation helpers
+
+def test_batchify_lays_out_contiguous_streams():
+    from lib.models.transformer_xl import batchify
+    s = batchify(torch.arange(11), 3)
+    assert s.tolist() == [[0, 1, 2], [3, 4, 5], [6, 7, 8]]
+    with pytest.raises(ValueError, match="batch_size"):
+        batchify(torch.arange(3), 2)
+
+
+def test_evaluate_with_memory_equals_one_pass_when_the_memory_holds_everything():
+    """Segments of 4 with a memory longer than the stream see the whole past: the loss is the
+    one-pass causal loss; with no memory and one segment per stream it is the same too."""
+    from lib.models.transformer_xl import evaluate_with_memory
+    model = _model(mem_len=4)
+    stream = torch.randint(0, SMALL["vocab_size"], (2, 13), generator=torch.Generator().manual_seed(7))
+    with torch.no_grad():
+        logits, _, _ = model(stream[:, :-1], mem_len=0)
+        one_pass = torch.nn.functional.cross_entropy(logits.flatten(0, 1), stream[:, 1:].flatten()).item()
+    assert evaluate_with_memory(model, stream, 4, 64)["loss"] == pytest.approx(one_pass, abs=1e-5)
+    assert evaluate_with_memory(model, stream, 12, 0)["loss"] == pytest.approx(one_pass, abs=1e-5)
+    short = evaluate_with_memory(model, stream, 4, 0)          # fragmented: differs
+    assert short["loss"] != pytest.approx(one_pass, abs=1e-3)
+    assert short["tokens"] == 24 and len(short["loss_by_offset"]) == 4
+
+
+def test_sliding_window_predicts_from_the_window_before_each_token():
+    from lib.models.transformer_xl import evaluate_sliding_window
+    model = _model(mem_len=4)
+    ids = torch.randint(0, SMALL["vocab_size"], (12,), generator=torch.Generator().manual_seed(8))
+    C = 5
+    with torch.no_grad():
+        expected = [torch.nn.functional.cross_entropy(model(ids[None, t - C:t], mem_len=0)[0][:, -1], ids[t:t + 1]).item()
+                    for t in range(C, C + 3)]
+        # the first window is the whole prefix: the one-pass prediction at position C - 1
+        first = model(ids[None, :C + 3], mem_len=0)[0][0, C - 1]
+    assert expected[0] == pytest.approx(torch.nn.functional.cross_entropy(first[None], ids[C:C + 1]).item(), abs=1e-5)
+    got = evaluate_sliding_window(model, ids, C, 3)
+    assert got["loss"] == pytest.approx(sum(expected) / 3, abs=1e-5) and got["tokens"] == 3
+    with pytest.raises(ValueError, match="positions"):
+        evaluate_sliding_window(model, ids, C, 20)

@@ -25,7 +25,6 @@ import argparse
 import re
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -49,19 +48,6 @@ def first_sentences(n: int) -> list[str]:
     return out
 
 
-def alternate(fns: dict, repeats: int) -> dict[str, list[float]]:
-    """Warm each function up once, then time them in turn ``repeats`` times."""
-    for fn in fns.values():
-        fn()
-    seconds = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            t = time.perf_counter()
-            fn()
-            seconds[name].append(time.perf_counter() - t)
-    return seconds
-
-
 def forward_benchmark(args, transformers) -> dict:
     ours = load_minilm()
     ref = transformers.BertModel.from_pretrained(str(minilm_dir()), local_files_only=True).eval()
@@ -74,11 +60,11 @@ def forward_benchmark(args, transformers) -> dict:
     def run(model):
         def go():
             with torch.no_grad():
-                for _ in range(args.steps):
-                    model(**enc)
+                model(**enc)
         return go
 
-    seconds = alternate({"lib BertModel": run(ours), "HF BertModel": run(ref)}, args.repeats)
+    seconds = _report.alternate({"lib BertModel": run(ours), "HF BertModel": run(ref)}, args.steps, args.repeats,
+                                torch.device("cpu"))
     tokens = int(enc["attention_mask"].sum()) * args.steps
     tps = {k: tokens / statistics.median(v) for k, v in seconds.items()}
     ratio = tps["lib BertModel"] / tps["HF BertModel"]
@@ -115,10 +101,9 @@ def pretraining_benchmark(args, transformers) -> dict:
 
     def step(loss_fn, opt):
         def go():
-            for _ in range(args.steps):
-                opt.zero_grad(set_to_none=True)
-                loss_fn().backward()
-                opt.step()
+            opt.zero_grad(set_to_none=True)
+            loss_fn().backward()
+            opt.step()
         return go
 
     fns = {
@@ -130,7 +115,7 @@ def pretraining_benchmark(args, transformers) -> dict:
             lambda: hf(input_ids=inputs, token_type_ids=types, labels=labels, next_sentence_label=nsp).loss,
             opts["hf"]),
     }
-    seconds = alternate(fns, args.repeats)
+    seconds = _report.alternate(fns, args.steps, args.repeats, torch.device("cpu"))
     tokens = B * T * args.steps
     tps = {k: tokens / statistics.median(v) for k, v in seconds.items()}
     hf_tps = tps["HF BertForPreTraining"]

@@ -130,3 +130,27 @@ def test_bad_input_is_rejected():
     with pytest.raises(ValueError, match="poisson_lambda"):
         noising.sample_spans(10, rng, poisson_lambda=0)
     assert noising.sample_spans(3, rng, mask_ratio=0.1) == []
+
+
+def test_denoising_pair_permutes_then_infills():
+    rng = np.random.default_rng(8)
+    doc = [[10, 11, 12, 13], [20, 21, 22], [30, 31, 32, 33, 34]]
+    for _ in range(200):
+        corrupted, original = noising.denoising_pair(doc, MASK, rng)
+        assert original == [t for s in doc for t in s]
+        assert sum(t != MASK for t in corrupted) == 12 - round(0.3 * 12)
+    orders = {tuple(noising.denoising_pair(doc, MASK, rng, mask_ratio=0.0)[0]) for _ in range(100)}
+    assert len(orders) == 6
+
+
+def test_chatbot_split_keeps_repeated_questions_on_one_side():
+    from lib.data.chatbot import heldout_split, split_punctuation
+    assert split_punctuation("영화 볼래?") == "영화 볼래 ?"
+    rows = [{"q": f"질문 {i % 40}?", "a": f"답 {i}"} for i in range(200)]
+    split = heldout_split(rows, fraction=0.25, seed=0)
+    assert sorted(split.train + split.heldout) == list(range(200))
+    held_q = {split.questions[i] for i in split.heldout}
+    assert len(held_q) == 10 and not held_q & {split.questions[i] for i in split.train}
+    assert heldout_split(rows, 0.25, seed=1).heldout != split.heldout
+    with pytest.raises(ValueError, match="rows\\[0\\]"):
+        heldout_split([{"q": "x"}])

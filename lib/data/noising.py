@@ -26,6 +26,10 @@ a ``numpy.random.Generator`` (``numpy.random.default_rng(seed)``) so a run is re
 ``document_rotation(ids, rng) -> (rotated, start)``
     A token chosen uniformly at random becomes the first: ``ids[start:] + ids[:start]``;
     the model must find where the document really starts.
+``denoising_pair(sentences, mask_id, rng, mask_ratio=0.3, poisson_lambda=3.0, permute=True)``
+    BART's best combination (the paper's final models): sentence permutation, then text
+    infilling over the whole permuted document. Returns ``(corrupted, original)`` id lists:
+    the encoder reads the first, the decoder must write the second.
 """
 from __future__ import annotations
 
@@ -36,7 +40,7 @@ import numpy as np
 from lib.validate import check_float, check_int, check_probability
 
 __all__ = ["token_masking", "token_deletion", "sample_spans", "text_infilling", "sentence_permutation",
-           "document_rotation"]
+           "document_rotation", "denoising_pair"]
 
 
 def _check_rng(rng) -> np.random.Generator:
@@ -128,3 +132,13 @@ def document_rotation(ids: Sequence[int], rng: np.random.Generator) -> tuple[lis
         return [], 0
     start = int(_check_rng(rng).integers(len(ids)))
     return ids[start:] + ids[:start], start
+
+
+def denoising_pair(sentences: Sequence[Sequence[int]], mask_id: int, rng: np.random.Generator,
+                   mask_ratio: float = 0.3, poisson_lambda: float = 3.0,
+                   permute: bool = True) -> tuple[list[int], list[int]]:
+    """``(text_infilling(concat(sentence_permutation(sentences))), concat(sentences))``."""
+    order = sentence_permutation(sentences, rng) if permute else \
+        [_check_ids(f"sentences[{i}]", s) for i, s in enumerate(sentences)]
+    original = [t for s in sentences for t in s]
+    return text_infilling([t for s in order for t in s], mask_id, rng, mask_ratio, poisson_lambda), original

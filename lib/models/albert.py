@@ -33,6 +33,8 @@ Interface
 ``count_parameters(cfg)``: ``AlbertModel(cfg).num_parameters()`` on the meta device (no memory).
 ``hf_albert_table(prefix="albert.", heads=True)`` and ``copy_from_hf_albert(ours, hf)``: weights
     of Hugging Face's ``AlbertForPreTraining`` (or ``AlbertModel`` with ``heads=False``).
+
+Explained in chapters/10_bart_albert.ipynb.
 """
 from __future__ import annotations
 

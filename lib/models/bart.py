@@ -40,6 +40,8 @@ d_ff=3072, dropout=0.1, max_len=1024, pad_id=0, layer_norm_eps=1e-5)``; ``BartCo
     with ``ids`` ending in ``eos_id`` before the padding.
 ``hf_bart_table(cfg)`` and ``copy_from_hf_bart(ours, hf)``: the weights of a Hugging Face
     ``BartForConditionalGeneration`` into ours (``lib.models.reference.copy_weights``).
+
+Explained in chapters/10_bart_albert.ipynb.
 """
 from __future__ import annotations
 

@@ -30,17 +30,19 @@ from typing import Mapping, Sequence
 from lib.data.knowledge_masking import space_cjk
 from lib.validate import check_int, check_probability
 
-__all__ = ["ROLE_Q", "ROLE_R", "ROLES", "Dialogue", "EncodedDialogue", "is_held_out", "split_pairs",
+__all__ = ["ROLE_Q", "ROLE_R", "ROLES", "REAL", "FAKE", "Dialogue", "EncodedDialogue", "is_held_out", "split_pairs",
            "make_dialogues", "encode_dialogue"]
 
 ROLE_Q = 0
 ROLE_R = 1
+#: Real-vs-fake labels, in the convention of BERT's NSP head (0 IsNext, 1 NotNext).
+REAL, FAKE = 0, 1
 ROLES = {"Q": ROLE_Q, "R": ROLE_R}
 
 
 @dataclass(frozen=True)
 class Dialogue:
-    """Turns ``(role, text)`` with role ``"Q"`` or ``"R"``, and ``label`` 1 real / 0 fake."""
+    """Turns ``(role, text)`` with role ``"Q"`` or ``"R"``, and ``label`` :data:`REAL` (0) or :data:`FAKE` (1)."""
     turns: tuple[tuple[str, str], ...]
     label: int
 
@@ -50,7 +52,7 @@ class EncodedDialogue:
     """``ids`` = ``[CLS] turn_1 [SEP] turn_2 [SEP] ...``; ``roles`` the role id of every position."""
     ids: list[int]
     roles: list[int]
-    label: int = 1
+    label: int = REAL
 
 
 def is_held_out(question: str, every: int = 10) -> bool:
@@ -86,7 +88,7 @@ def make_dialogues(pairs: Sequence[Mapping], seed: int = 0, fake_prob: float = 0
     for i, p in enumerate(pairs):
         q, a = p["q"], p["a"]
         if rng.random() >= fake_prob:
-            out.append(Dialogue((("Q", q), ("R", a)), 1))
+            out.append(Dialogue((("Q", q), ("R", a)), REAL))
             continue
         replace_query = rng.random() < 0.5
         key, original = ("q", q) if replace_query else ("a", a)
@@ -97,12 +99,12 @@ def make_dialogues(pairs: Sequence[Mapping], seed: int = 0, fake_prob: float = 0
         else:
             raise ValueError(f"pair {i}: every other pair has the same {key!r}, no fake can be made")
         turns = (("Q", other), ("R", a)) if replace_query else (("Q", q), ("R", other))
-        out.append(Dialogue(turns, 0))
+        out.append(Dialogue(turns, FAKE))
     return out
 
 
 def encode_dialogue(turns: Sequence[tuple[str, str]], tokenizer, max_len: int = 64,
-                    label: int = 1) -> EncodedDialogue:
+                    label: int = REAL) -> EncodedDialogue:
     """Ids and role ids of a dialogue for a BERT-style encoder.
 
     ``[CLS]`` takes the role of the first turn; each turn's tokens and the ``[SEP]`` that

@@ -14,7 +14,7 @@ reads WordPiece tokens. The pipeline, top to bottom::
     entity_spans(morphemes)         runs of proper nouns (NNP), as character spans
     token_spans(offsets, spans)     the WordPiece tokens each span covers (merged if they touch)
     KnowledgeExample                ids + phrase and entity token spans of one text
-    mask_units(ids, units, ...)     whole-unit masking: 15 % of the tokens, 80/10/10 per unit
+    mask_units(ids, units, ...)     whole units chosen for 15 % of the tokens, then 80/10/10
 
 The phrase rule (documented in :func:`phrase_spans`) is ours, written for Kiwi's Sejong
 tag set; ERNIE used Chinese lexical analysis and chunking tools. The rule is simple on
@@ -24,9 +24,11 @@ tagged as common nouns is a phrase, not an entity).
 Masking keeps the number of masked tokens the same at every level: ``round(mask_prob *
 n)`` of the ``n`` maskable tokens (at least one), filled by whole units taken in a random
 order and skipped when they would overshoot (the rule of BERT's whole-word masking). So a
-comparison of the levels compares *which* tokens are hidden, not how many. Each chosen unit
-is replaced as a whole: with probability 0.8 every token becomes ``[MASK]``, 0.1 every
-token a random one, 0.1 kept; the labels are the original ids there and -100 elsewhere.
+comparison of the levels compares *which* tokens are hidden, not how many. (ERNIE's own code
+draws each unit with probability 0.15 instead; a fixed budget removes one source of noise from
+a small experiment.) The tokens of the chosen units then go through BERT's 80/10/10 step
+(``lib.data.mlm.corrupt_80_10_10``), token by token as ERNIE's code does; the labels are the
+original ids there and -100 elsewhere.
 """
 from __future__ import annotations
 
@@ -35,6 +37,7 @@ from typing import Iterable, Sequence
 
 import torch
 
+from lib.data.mlm import IGNORE_INDEX, corrupt_80_10_10
 from lib.validate import check_choice, check_int, check_probability
 
 __all__ = ["LEVELS", "CJK_RANGES", "is_cjk", "space_cjk", "Morpheme", "KoreanChunker",
@@ -44,7 +47,6 @@ __all__ = ["LEVELS", "CJK_RANGES", "is_cjk", "space_cjk", "Morpheme", "KoreanChu
 
 #: The three masking levels of ERNIE 1.0.
 LEVELS = ("basic", "phrase", "entity")
-IGNORE_INDEX = -100
 
 #: The Unicode blocks of CJK ideographs (the ranges BERT's tokenizer treats as "Chinese
 #: characters"). Hangul is *not* among them: Korean words stay whole words.
@@ -340,13 +342,14 @@ def select_units(units: Sequence[tuple[int, int]], num_tokens: int, mask_prob: f
 def mask_units(ids: Sequence[int], units: Sequence[tuple[int, int]], *, mask_id: int, vocab_size: int,
                mask_prob: float = 0.15, generator: torch.Generator | None = None,
                num_special: int = 7) -> tuple[torch.Tensor, torch.Tensor]:
-    """Whole-unit masking of one sequence: ``(inputs, labels)`` as LongTensors.
+    """Whole-unit masking of one sequence: ``(inputs, labels)`` as LongTensors ``(T,)``.
 
     ``units`` are ``[i, j)`` token spans (:func:`units_for`). The chosen units
-    (:func:`select_units`, budget from the number of tokens in ``units``) are replaced as a
-    whole: 80 % all ``[MASK]``, 10 % all random ordinary tokens (ids ``num_special`` ..
-    ``vocab_size - 1``), 10 % unchanged. ``labels`` hold the original ids at the chosen
-    positions and -100 elsewhere."""
+    (:func:`select_units`, budget from the number of tokens in ``units``) are predicted as a
+    whole; their tokens then go through BERT's 80/10/10 step
+    (:func:`lib.data.mlm.corrupt_80_10_10`: ``[MASK]``, a random ordinary token with id
+    ``num_special .. vocab_size - 1``, or kept, token by token as in ERNIE's code). ``labels``
+    hold the original ids at the chosen positions and -100 elsewhere."""
     check_int("mask_id", mask_id, 0)
     check_int("vocab_size", vocab_size, num_special + 1)
     ids = torch.as_tensor(list(ids), dtype=torch.long)
@@ -354,18 +357,13 @@ def mask_units(ids: Sequence[int], units: Sequence[tuple[int, int]], *, mask_id:
     for i, j in units:
         if not 0 <= i < j <= len(ids):
             raise ValueError(f"unit ({i}, {j}) is outside the {len(ids)} ids")
-    inputs, labels = ids.clone(), torch.full_like(ids, IGNORE_INDEX)
-    if not units:
-        return inputs, labels
-    num_tokens = sum(j - i for i, j in units)
-    for i, j in select_units(units, num_tokens, mask_prob, generator):
-        labels[i:j] = ids[i:j]
-        r = torch.rand((), generator=generator).item()
-        if r < 0.8:
-            inputs[i:j] = mask_id
-        elif r < 0.9:
-            inputs[i:j] = torch.randint(num_special, vocab_size, (j - i,), generator=generator)
-    return inputs, labels
+    chosen = torch.zeros(len(ids), dtype=torch.bool)
+    if units:
+        for i, j in select_units(units, sum(j - i for i, j in units), mask_prob, generator):
+            chosen[i:j] = True
+    inputs, labels = corrupt_80_10_10(ids[None], chosen[None], mask_id, vocab_size,
+                                      random_ids=torch.arange(num_special, vocab_size), generator=generator)
+    return inputs[0], labels[0]
 
 
 def knowledge_mask(example: KnowledgeExample, level: str, *, mask_id: int, vocab_size: int,

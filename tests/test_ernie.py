@@ -51,8 +51,15 @@ def test_phrase_rule_on_analysed_sentences():
     assert [text3[a:b] for a, b in km.phrase_spans(sent3)] == ["보일 수 있다"]
     # phrases never overlap and a lone particle makes none
     assert km.phrase_spans([M("은", "JX", 0, 1)]) == []
-    with pytest.raises(ValueError, match="out of order"):
-        km.phrase_spans([M("b", "NNG", 5, 6), M("a", "NNG", 0, 1)])
+    # contracted forms: a morpheme starting inside the previous one, or of length 0
+    odd = [M("재미있", "VA", 0, 3), M("다고", "EC", 3, 4), M("하", "VV", 4, 4), M("했", "VV", 5, 6),
+           M("어", "EF", 4, 6), M("영화", "NNP", 7, 9), M("감독", "NNP", 8, 10)]
+    spans = km.phrase_spans(odd)
+    assert spans == sorted(spans) and all(a < b for a, b in spans)
+    assert all(b1 <= a2 for (_, b1), (a2, _) in zip(spans, spans[1:]))            # no overlap
+    assert km.entity_spans(odd) == [(7, 10)]
+    with pytest.raises(ValueError, match="invalid span"):
+        km.phrase_spans([M("b", "NNG", 5, 4)])
     with pytest.raises(TypeError, match="Morpheme"):
         km.phrase_spans([("영화", "NNG", 0, 2)])
 

@@ -27,11 +27,14 @@ import zlib
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
+import torch
+
 from lib.data.knowledge_masking import space_cjk
+from lib.data.mlm import mask_tokens
 from lib.validate import check_int, check_probability
 
 __all__ = ["ROLE_Q", "ROLE_R", "ROLES", "REAL", "FAKE", "Dialogue", "EncodedDialogue", "is_held_out", "split_pairs",
-           "make_dialogues", "encode_dialogue"]
+           "make_dialogues", "encode_dialogue", "collate_dialogues"]
 
 ROLE_Q = 0
 ROLE_R = 1
@@ -127,3 +130,28 @@ def encode_dialogue(turns: Sequence[tuple[str, str]], tokenizer, max_len: int = 
         ids += piece
         roles += [ROLES[role]] * len(piece)
     return EncodedDialogue(ids=ids, roles=roles, label=int(label))
+
+
+def collate_dialogues(batch: Sequence[EncodedDialogue], *, mask_id: int, vocab_size: int,
+                      special_ids: Sequence[int], pad_id: int = 0, mask_prob: float = 0.15,
+                      num_special: int = 7, generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
+    """A dialogue-LM batch: ``input_ids`` with BERT's token masking (``lib.data.mlm.mask_tokens``:
+    15 % of the non-special tokens, 80/10/10), ``token_type_ids`` = the role ids (0 on padding),
+    ``attention_mask`` (bool), ``mlm_labels`` and ``nsp_labels`` (:data:`REAL` / :data:`FAKE`)."""
+    batch = list(batch)
+    if not batch:
+        raise ValueError("batch is empty")
+    T = max(len(d.ids) for d in batch)
+    ids = torch.full((len(batch), T), pad_id, dtype=torch.long)
+    roles = torch.zeros((len(batch), T), dtype=torch.long)
+    for b, d in enumerate(batch):
+        if len(d.roles) != len(d.ids):
+            raise ValueError(f"batch[{b}] has {len(d.ids)} ids but {len(d.roles)} role ids")
+        ids[b, :len(d.ids)] = torch.tensor(d.ids)
+        roles[b, :len(d.roles)] = torch.tensor(d.roles)
+    attention_mask = torch.arange(T)[None, :] < torch.tensor([len(d.ids) for d in batch])[:, None]
+    inputs, labels = mask_tokens(ids, mask_id, vocab_size, special_ids=special_ids, pad_id=pad_id,
+                                 attention_mask=attention_mask, mask_prob=mask_prob,
+                                 random_ids=torch.arange(num_special, vocab_size), generator=generator)
+    return {"input_ids": inputs, "token_type_ids": roles, "attention_mask": attention_mask,
+            "mlm_labels": labels, "nsp_labels": torch.tensor([d.label for d in batch])}

@@ -15,6 +15,7 @@ reads WordPiece tokens. The pipeline, top to bottom::
     token_spans(offsets, spans)     the WordPiece tokens each span covers (merged if they touch)
     KnowledgeExample                ids + phrase and entity token spans of one text
     mask_units(ids, units, ...)     whole units chosen for 15 % of the tokens, then 80/10/10
+    collate(examples, levels)       a padded masked-LM batch, one level per example
 
 The phrase rule (documented in :func:`phrase_spans`) is ours, written for Kiwi's Sejong
 tag set; ERNIE used Chinese lexical analysis and chunking tools. The rule is simple on
@@ -43,7 +44,7 @@ from lib.validate import check_choice, check_int, check_probability
 __all__ = ["LEVELS", "CJK_RANGES", "is_cjk", "space_cjk", "Morpheme", "KoreanChunker",
            "NOMINAL_TAGS", "PREDICATE_TAGS", "ADVERB_TAGS", "phrase_spans", "entity_spans",
            "token_spans", "KnowledgeExample", "prepare", "units_for", "select_units", "mask_units",
-           "knowledge_mask", "IGNORE_INDEX"]
+           "knowledge_mask", "collate", "IGNORE_INDEX"]
 
 #: The three masking levels of ERNIE 1.0.
 LEVELS = ("basic", "phrase", "entity")
@@ -113,15 +114,26 @@ def _check_morphemes(morphemes) -> list[Morpheme]:
     if isinstance(morphemes, (str, bytes)) or not isinstance(morphemes, Iterable):
         raise TypeError(f"morphemes must be a list of Morpheme, got {type(morphemes).__name__}")
     morphemes = list(morphemes)
-    last = -1
     for i, m in enumerate(morphemes):
         if not isinstance(m, Morpheme):
             raise TypeError(f"morphemes[{i}] must be a Morpheme, got {type(m).__name__}")
-        if m.start < last or m.end < m.start:
-            raise ValueError(f"morphemes[{i}] has span [{m.start}, {m.end}) out of order "
-                             f"(the previous one started at {last})")
-        last = m.start
+        if m.start < 0 or m.end < m.start:
+            raise ValueError(f"morphemes[{i}] has an invalid span [{m.start}, {m.end})")
     return morphemes
+
+
+def _merge(spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sorted spans with overlapping ones merged and empty ones dropped (Kiwi may give a
+    morpheme that starts inside the previous one, or one of length 0, for contracted forms)."""
+    out: list[tuple[int, int]] = []
+    for a, b in sorted(spans):
+        if b <= a:
+            continue                        # an empty span (a morpheme of length 0) covers nothing
+        if out and a < out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
 
 
 def phrase_spans(morphemes: Sequence[Morpheme]) -> list[tuple[int, int]]:
@@ -150,7 +162,7 @@ def phrase_spans(morphemes: Sequence[Morpheme]) -> list[tuple[int, int]]:
 
     def close():
         if cur and ("N" in kinds or "P" in kinds):
-            spans.append((cur[0].start, cur[-1].end))
+            spans.append((min(m.start for m in cur), max(m.end for m in cur)))
         cur.clear()
         kinds.clear()
 
@@ -179,7 +191,7 @@ def phrase_spans(morphemes: Sequence[Morpheme]) -> list[tuple[int, int]]:
         cur.append(m)
         kinds.append(k)
     close()
-    return spans
+    return _merge(spans)
 
 
 def entity_spans(morphemes: Sequence[Morpheme], max_gap: int = 1) -> list[tuple[int, int]]:
@@ -198,7 +210,7 @@ def entity_spans(morphemes: Sequence[Morpheme], max_gap: int = 1) -> list[tuple[
             prev_was_nnp = True
         else:
             prev_was_nnp = False
-    return spans
+    return _merge(spans)
 
 
 class KoreanChunker:
@@ -251,12 +263,8 @@ def token_spans(offsets: Sequence[tuple[int, int]], spans: Sequence[tuple[int, i
         idx = [t for t, (s, e) in enumerate(offsets) if s < b and e > a]
         if not idx:
             continue
-        i, j = idx[0] + shift, idx[-1] + 1 + shift
-        if out and i < out[-1][1]:
-            out[-1] = (min(out[-1][0], i), max(out[-1][1], j))
-        else:
-            out.append((i, j))
-    return out
+        out.append((idx[0] + shift, idx[-1] + 1 + shift))
+    return _merge(out)
 
 
 @dataclass
@@ -373,3 +381,29 @@ def knowledge_mask(example: KnowledgeExample, level: str, *, mask_id: int, vocab
     return mask_units(example.ids, units_for(example, level), mask_id=mask_id, vocab_size=vocab_size,
                       mask_prob=mask_prob, generator=generator)
 
+
+
+def collate(examples: Sequence[KnowledgeExample], levels: str | Sequence[str], *, mask_id: int,
+            vocab_size: int, pad_id: int = 0, mask_prob: float = 0.15,
+            generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
+    """A masked-LM batch: ``input_ids``, ``attention_mask`` (bool, True at real tokens) and
+    ``mlm_labels`` (-100 where nothing is predicted), right-padded with ``pad_id``.
+
+    ``levels``: one level for every example, or a list with one level per example."""
+    examples = list(examples)
+    if not examples:
+        raise ValueError("examples is empty")
+    if isinstance(levels, str):
+        levels = [levels] * len(examples)
+    levels = list(levels)
+    if len(levels) != len(examples):
+        raise ValueError(f"levels has {len(levels)} entries for {len(examples)} examples")
+    T = max(len(ex.ids) for ex in examples)
+    input_ids = torch.full((len(examples), T), pad_id, dtype=torch.long)
+    labels = torch.full((len(examples), T), IGNORE_INDEX, dtype=torch.long)
+    attention_mask = torch.zeros((len(examples), T), dtype=torch.bool)
+    for b, (ex, level) in enumerate(zip(examples, levels)):
+        x, y = knowledge_mask(ex, level, mask_id=mask_id, vocab_size=vocab_size, mask_prob=mask_prob,
+                              generator=generator)
+        input_ids[b, :len(x)], labels[b, :len(y)], attention_mask[b, :len(x)] = x, y, True
+    return {"input_ids": input_ids, "attention_mask": attention_mask, "mlm_labels": labels}

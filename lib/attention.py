@@ -12,6 +12,8 @@ Scores (query ``s``, keys ``h_i``):
 * general (Luong):        ``s · W h_i``
 * additive (Bahdanau):    ``v · tanh(W_q s + W_k h_i)``
 * scaled dot-product:     ``q · k_i / sqrt(d_k)`` (Vaswani et al.)
+
+Explained in chapters/01_seq2seq_attention.ipynb, chapters/02_bahdanau_imdb.ipynb, chapters/03_transformer.ipynb.
 """
 from __future__ import annotations
 

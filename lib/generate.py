@@ -82,6 +82,8 @@ tokens (encoder-decoder; not ``[BOS]``) or the prompt and the generated tokens (
 * ``no_repeat_ngram_size=n``: a token that would complete an ``n``-gram already in the
   context is forbidden, so no ``n``-gram occurs twice (:func:`block_repeated_ngrams`;
   as in Paulus et al., 2018, and the ``transformers`` option of the same name).
+
+Explained in chapters/03_transformer.ipynb, chapters/04_transformer_chatbot.ipynb, chapters/07_gpt.ipynb.
 """
 from __future__ import annotations
 

@@ -25,6 +25,8 @@ Interface
 
 The dropout placement and the LayerNorm epsilon follow ``torch.nn.Transformer`` so that
 ``lib.models.transformer`` can be checked against it with weights copied in.
+
+Explained in chapters/03_transformer.ipynb.
 """
 from __future__ import annotations
 

@@ -31,7 +31,7 @@ from typing import Any, Mapping
 
 from lib.io import atomic_write
 
-__all__ = ["ENV_VAR", "REPO", "COMMITTED_DIR", "results_dir", "path", "record", "load", "full",
+__all__ = ["ENV_VAR", "REPO", "COMMITTED_DIR", "results_dir", "path", "record", "RecordedFile", "load", "full",
            "table", "show", "flatten"]
 
 ENV_VAR = "COURSE_RESULTS_DIR"
@@ -138,9 +138,17 @@ def _read(file: Path) -> dict[str, Any]:
     return data
 
 
+class RecordedFile(type(Path())):
+    """The path ``record`` returns: a ``Path`` whose repr (what a notebook shows when the
+    call ends a cell) names the file relative to the repository, not the machine's path."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({_display_path(self)!r})"
+
+
 def record(chapter: str, metrics: Mapping[str, Any], recipe, notes: str = "") -> Path:
     """Write ``metrics`` (measured with ``recipe``) as the ``recipe.mode`` entry of the chapter's
-    results file, keeping the other recipe's entry. Returns the file's path.
+    results file, keeping the other recipe's entry. Returns the file's path (a ``RecordedFile``).
 
     ``metrics``: numbers (finite), strings, and nested dicts/lists of them.
     """
@@ -172,7 +180,7 @@ def record(chapter: str, metrics: Mapping[str, Any], recipe, notes: str = "") ->
     text = json.dumps({m: data[m] for m in _MODES if m in data}, indent=2, ensure_ascii=False, allow_nan=False)
     with atomic_write(file, "w", encoding="utf-8") as f:
         f.write(text + "\n")
-    return file
+    return RecordedFile(file)
 
 
 def load(chapter: str) -> dict[str, Any]:
@@ -199,8 +207,14 @@ def full(chapter: str) -> dict[str, Any] | None:
 
 
 def _display_path(p: Path) -> str:
+    """``p`` relative to the repository; outside it, relative to ``$COURSE_RESULTS_DIR`` when
+    it lies there (the build machine's folders are nobody else's business)."""
     try:
         return str(p.resolve().relative_to(REPO))
+    except ValueError:
+        pass
+    try:
+        return str(Path(f"${ENV_VAR}") / p.resolve().relative_to(results_dir().resolve()))
     except ValueError:
         return str(p)
 

@@ -10,6 +10,8 @@ equal terms:
 * :func:`length_buckets` groups the held-out sentences by source length in tokens;
 * :func:`corpus_bleu` is sacreBLEU's corpus BLEU on our own tokenisation, against all the
   references of each sentence.
+
+Explained in chapters/01_seq2seq_attention.ipynb, chapters/03_transformer.ipynb.
 """
 from __future__ import annotations
 

@@ -121,6 +121,28 @@ def test_failed_download_leaves_nothing_and_says_how_to_get_it(toy):
     assert not (toy.cache / "toy").exists() or os.listdir(toy.cache / "toy") == []
 
 
+def test_failed_download_with_the_mirror_set_says_where_the_file_belongs(toy):
+    """The mirror is set but lacks the file: say so, and do not tell the reader to set it."""
+    toy.upstream.unlink()
+    with pytest.raises(data.DataError) as err:
+        data.path("toy", "toy.txt")
+    message = str(err.value)
+    assert f"copy it to {toy.mirror / 'toy' / 'toy.txt'}" in message
+    assert f"is set to {toy.mirror}" in message
+    assert "set COURSE_DATA_MIRROR to" not in message
+    # One traceback: the download error is in the message, not chained below it.
+    assert err.value.__cause__ is None and err.value.__suppress_context__
+
+
+def test_failed_download_without_a_mirror_says_to_set_it(toy, monkeypatch):
+    monkeypatch.delenv(files.MIRROR_ENV)
+    toy.upstream.unlink()
+    with pytest.raises(data.DataError) as err:
+        data.path("toy", "toy.txt")
+    message = str(err.value)
+    assert "set COURSE_DATA_MIRROR to" in message and "is set to" not in message
+
+
 def test_missing_file_without_direct_url_names_file_checksum_and_remedy(toy, monkeypatch):
     monkeypatch.setitem(REGISTRY, "toy", DatasetInfo(**{**vars(toy.info), "files": {
         "toy.txt": FileInfo(toy.upstream.as_uri(), toy.sha256, direct=False)}}))

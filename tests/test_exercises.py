@@ -45,8 +45,13 @@ def test_build_outputs_and_prunes_stale(dist):
     assert not (dist / "99_gone").exists() and not (dist / "03_transformer" / "removed_set").exists()
     assert not list(dist.rglob("*.pdf")), "no PDFs are generated"
     before = {p.relative_to(dist) for p in dist.rglob("*")}
+    published = {m.key: m.student_nb(dist).read_bytes() for m in masters}
     E.build(dist)  # idempotent: same files, stable names
     assert {p.relative_to(dist) for p in dist.rglob("*")} == before
+    for m in masters:  # rebuilding publishes byte-identical student notebooks (stable cell ids)
+        assert m.student_nb(dist).read_bytes() == published[m.key], m.key
+        ids = [c.get("id") for c in nbformat.read(str(m.student_nb(dist)), as_version=4).cells]
+        assert len(ids) == len(set(ids)), m.key
 
 
 def test_build_refuses_foreign_folder(tmp_path):

@@ -191,3 +191,21 @@ def test_corrupt_file_is_reported_not_overwritten(dirs):
     (committed / "14_demo.json").write_text('{"gpu": {}}')
     with pytest.raises(ValueError, match="not a results file"):
         results.load("14_demo")
+
+
+def test_record_shows_its_file_without_the_machines_path(tmp_path, monkeypatch):
+    # A chapter ends a cell with results.record(...): the published page shows the repr.
+    monkeypatch.setattr(results, "COMMITTED_DIR", tmp_path / "committed")
+    monkeypatch.setenv(results.ENV_VAR, str(results.REPO / "_build" / "results-test-repr"))
+    file = results.record("08_demo", {"loss": 1.0}, hp("ci"))
+    try:
+        assert isinstance(file, os.PathLike) and file.exists()
+        assert repr(file) == "RecordedFile('_build/results-test-repr/08_demo.json')"
+        monkeypatch.setenv(results.ENV_VAR, str(tmp_path / "scratch"))
+        outside = results.record("08_demo", {"loss": 1.0}, hp("ci"))
+        assert str(tmp_path) not in repr(outside)
+        assert repr(outside) == "RecordedFile('$COURSE_RESULTS_DIR/08_demo.json')"
+        assert outside == tmp_path / "scratch" / "08_demo.json"
+    finally:
+        file.unlink()
+        file.parent.rmdir()

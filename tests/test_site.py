@@ -4,11 +4,19 @@ Run after the book build (tools/test.sh does). Without a build the tests skip, u
 COURSE_REQUIRE_SITE=1 (set by the test pass), where a missing build is a failure.
 Chromium is started with every host except 127.0.0.1 unresolvable, so anything the
 page tried to load from a CDN would be missing and the checks below would fail.
+
+The browser tests drive Debian's Chromium with Playwright (no browser download) and see
+what a reader's browser sees: every page of the site, each in a fresh profile (a first
+visit), fails on an uncaught exception, a console error, a failed (4xx/5xx) request or a
+request leaving 127.0.0.1. The browser is given only matplotlib's DejaVu fonts
+(FONTCONFIG_FILE), so it is a machine without a Korean font on every host, and the Korean
+text is checked in rendered pixels.
 """
 from __future__ import annotations
 
 import functools
 import http.server
+import io
 import os
 import re
 import shutil
@@ -16,6 +24,7 @@ import subprocess
 import tempfile
 import threading
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -29,11 +38,15 @@ if not (HTML / "index.html").exists():
     pytest.skip("the book is not built (bash tools/build.sh)", allow_module_level=True)
 
 
+class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args) -> None:  # the browser's requests are checked, not printed
+        pass
+
+
 @pytest.fixture(scope="module")
 def server():
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(HTML))
+    handler = functools.partial(QuietHandler, directory=str(HTML))
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    handler.log_message = lambda *a, **k: None
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{httpd.server_address[1]}"
@@ -59,6 +72,179 @@ def render(url: str) -> str:
 
 def chapter_pages() -> list[Path]:
     return sorted((HTML / "chapters").glob("*.html"))
+
+
+def site_pages() -> list[str]:
+    """Every HTML page of the site (not the copies Sphinx keeps under _static, _sources, ...)."""
+    return sorted(p.relative_to(HTML).as_posix() for p in HTML.rglob("*.html")
+                  if not p.relative_to(HTML).parts[0].startswith("_"))
+
+
+# ============================================================================ a reader's browser
+
+HANGUL = "[\\uac00-\\ud7a3]"
+
+
+def _require(what: str, missing: bool, how: str) -> None:
+    if missing:
+        if os.environ.get("COURSE_REQUIRE_SITE") == "1":
+            raise RuntimeError(f"{what} is not installed ({how})")
+        pytest.skip(f"{what} is not installed")
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    _require("chromium", CHROMIUM is None, "bash tools/setup.sh --browser")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        sync_playwright = None
+    _require("playwright", sync_playwright is None, "requirements.txt")
+    import matplotlib
+    fonts = tmp_path_factory.mktemp("fonts")
+    (fonts / "fonts.conf").write_text(
+        '<?xml version="1.0"?>\n<!DOCTYPE fontconfig SYSTEM "fonts.dtd">\n<fontconfig>\n'
+        f'  <dir>{Path(matplotlib.get_data_path()) / "fonts" / "ttf"}</dir>\n'
+        f'  <cachedir>{fonts / "cache"}</cachedir>\n</fontconfig>\n', encoding="utf-8")
+    env = {**os.environ, "FONTCONFIG_FILE": str(fonts / "fonts.conf")}
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(
+            executable_path=CHROMIUM, env=env,
+            args=["--disable-gpu", "--disable-quic", "--disable-background-networking",
+                  "--disable-component-update", "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"])
+        yield chromium
+        chromium.close()
+
+
+class Visit:
+    """One page loaded in a fresh browser profile, with everything that went wrong."""
+
+    def __init__(self, browser, server: str, path: str):
+        self.problems: list[str] = []
+        self.context = browser.new_context(viewport={"width": 1280, "height": 900})
+        self.context.route("**/*", self._route)
+        self.page = page = self.context.new_page()
+        page.on("pageerror", lambda e: self.problems.append(f"uncaught exception: {e}"))
+        page.on("console", lambda m: m.type == "error" and self.problems.append(
+            f"console error: {m.text} (at {m.location.get('url')})"))
+        page.on("response", lambda r: r.status >= 400 and self.problems.append(f"HTTP {r.status}: {r.url}"))
+        page.on("requestfailed", lambda r: urlsplit(r.url).hostname == "127.0.0.1" and self.problems.append(
+            f"request failed: {r.url} ({r.failure})"))
+        page.goto(f"{server}/{path}", wait_until="load")
+        page.wait_for_load_state("networkidle")
+        page.evaluate("document.fonts.ready.then(() => true)")
+        # The icon a browser shows in the tab: requested after the page, so asked for here.
+        icon = page.evaluate("""() => { const link = document.querySelector('link[rel~="icon"]');
+            return link ? link.href : new URL('/favicon.ico', location.href).href; }""")
+        status = self.context.request.get(icon).status
+        if status >= 400:
+            self.problems.append(f"HTTP {status}: {icon} (the page's icon)")
+
+    def _route(self, route):
+        url = route.request.url
+        if urlsplit(url).hostname != "127.0.0.1":
+            self.problems.append(f"request leaving the site: {url}")
+            route.abort()
+        else:
+            route.continue_()
+
+    def close(self) -> None:
+        self.context.close()
+
+
+@pytest.fixture(scope="module")
+def visit(browser, server):
+    """visit(path): the page loaded once per test module, then shared by the tests."""
+    visits: dict[str, Visit] = {}
+
+    def get(path: str) -> Visit:
+        if path not in visits:
+            visits[path] = Visit(browser, server, path)
+        return visits[path]
+
+    yield get
+    for v in visits.values():
+        v.close()
+
+
+@pytest.mark.parametrize("path", site_pages())
+def test_page_loads_without_errors_in_the_browser(visit, path):
+    problems = visit(path).problems
+    assert not problems, f"{path}:\n  " + "\n  ".join(problems)
+
+
+@pytest.mark.parametrize("path", [f"chapters/{p.name}" for p in chapter_pages()])
+def test_code_cells_show_their_whole_lines(visit, path):
+    # A line wider than its code cell would be hidden behind a horizontal scroll bar.
+    cut = visit(path).page.evaluate("""() => Array.from(
+        document.querySelectorAll('.bd-article div.cell_input pre, .bd-article div.highlight pre'))
+        .filter(pre => pre.scrollWidth > pre.clientWidth + 1)
+        .map(pre => pre.textContent.split('\\n').reduce((a, b) => (b.length > a.length ? b : a), '').slice(0, 100))""")
+    assert not cut, f"{path}: code cells with lines cut off at the page width, e.g. {cut[:3]}"
+
+
+def _ink(png: bytes):
+    """The dark pixels of a screenshot of text, cropped to their bounding box (so that two
+    renderings compare glyph by glyph, whatever the line box around them)."""
+    import numpy as np
+    from PIL import Image
+    gray = np.asarray(Image.open(io.BytesIO(png)).convert("L"), dtype=np.int16)
+    ink = gray < np.median(gray) - 64
+    if not ink.any():
+        return ink
+    rows, cols = np.flatnonzero(ink.any(axis=1)), np.flatnonzero(ink.any(axis=0))
+    return ink[rows[0]:rows[-1] + 1, cols[0]:cols[-1] + 1]
+
+
+def _differing(a, b) -> float:
+    """The fraction of ink pixels that differ between two renderings (1.0 when their sizes do
+    by more than a pixel of rounding)."""
+    if a.size == 0 or b.size == 0 or abs(a.shape[0] - b.shape[0]) > 1 or abs(a.shape[1] - b.shape[1]) > 1:
+        return 1.0
+    h, w = min(a.shape[0], b.shape[0]), min(a.shape[1], b.shape[1])
+    return float((a[:h, :w] != b[:h, :w]).mean())
+
+
+def test_korean_text_is_drawn_with_glyphs_not_boxes(visit):
+    # The first Korean word of a table in chapter 04 (the chatbot's prompts and answers), as
+    # the page draws it once its fonts have loaded, against the same word in a font stack
+    # that cannot draw Hangul (this browser has no Korean font: that is the empty boxes a
+    # reader without one saw) and in the web font the site serves.
+    page = visit("chapters/04_transformer_chatbot.html").page
+    found = page.evaluate(f"""async () => {{
+        const re = /{HANGUL}+/;
+        const cell = Array.from(document.querySelectorAll('.bd-article td, .bd-article th'))
+            .find(el => el.childElementCount === 0 && re.test(el.textContent));
+        if (!cell) return null;
+        const word = cell.textContent.match(re)[0], at = cell.textContent.indexOf(word);
+        const span = document.createElement('span');
+        span.id = 'korean-sample';
+        span.textContent = word;
+        const text = cell.firstChild;
+        text.splitText(at).splitText(word.length);
+        cell.replaceChild(span, text.nextSibling);
+        const cs = getComputedStyle(span);
+        span.dataset.family = cs.fontFamily;
+        await document.fonts.load(`${{cs.fontStyle}} ${{cs.fontWeight}} ${{cs.fontSize}} ${{cs.fontFamily}}`, word);
+        return word;
+    }}""")
+    assert found, "chapter 04 shows no Korean text in a table"
+    sample = page.locator("#korean-sample")
+
+    def shot(family: str | None):
+        sample.evaluate("""async (el, f) => { el.style.fontFamily = f === null ? '' : f;
+            await document.fonts.ready;
+            await new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done))); }""", family)
+        return _ink(sample.screenshot())
+
+    as_published = shot(None)
+    family = sample.evaluate("el => el.dataset.family")
+    tofu = shot('"DejaVu Sans", sans-serif')
+    served = shot(f'"Noto Sans KR", {family}')
+    assert page.evaluate(f"document.fonts.check(\"16px 'Noto Sans KR'\", {found!r})"), "Noto Sans KR was not loaded"
+    assert _differing(served, tofu) > 0.2, "Noto Sans KR draws Hangul as the boxes a font without it draws"
+    assert _differing(as_published, tofu) > 0.2, f"the Korean text {found!r} is drawn as empty boxes"
+    assert _differing(as_published, served) < 0.05, f"the Korean text {found!r} is not drawn with Noto Sans KR"
 
 
 def test_math_is_typeset_on_the_index(server):
@@ -122,3 +308,59 @@ def test_every_chapter_shows_its_figures():
         assert images, f"{page.name} shows no figure"
         for src in images:
             assert (page.parent / src).resolve().exists(), f"{page.name}: {src} is missing"
+
+
+def test_exercise_sets_page_lists_every_set_with_its_download():
+    masters = sorted(p for p in (ROOT / "exercises").glob("*/*.ipynb")
+                     if not p.parent.name.startswith(("_", ".")))
+    assert masters, "no exercise master notebook"
+    html = (HTML / "exercise_sets.html").read_text(encoding="utf-8")
+    article = html[html.index("<article"):html.index("</article>")]
+    for master in masters:
+        links = re.findall(rf'href="([^"]*_downloads/[^"]+/{re.escape(master.stem)}\.ipynb)"', article)
+        assert links, f"the exercise sets page does not offer {master.stem}.ipynb"
+        target = (HTML / links[0]).resolve()
+        assert target.exists(), f"the exercise sets page links {links[0]}, which was not published"
+        assert "BEGIN SOLUTION" not in target.read_text(encoding="utf-8"), f"{links[0]} holds the solutions"
+        assert f'href="chapters/{master.parent.name}.html"' in article, f"{master.stem}: no link to its chapter"
+
+
+def test_publish_command_puts_every_file_of_the_site_on_gh_pages(tmp_path):
+    # tools/publish.sh, run from a scratch clone of its own script (ghp-import writes the
+    # gh-pages branch of the repository it runs in, never this one's), pushing to a local
+    # bare repository that stands for GitHub.
+    work, remote = tmp_path / "work", tmp_path / "site.git"
+    (work / "tools").mkdir(parents=True)
+    shutil.copy2(ROOT / "tools" / "publish.sh", work / "tools" / "publish.sh")
+    (work / ".venv").symlink_to(ROOT / ".venv")
+    (work / "_build").symlink_to(ROOT / "_build")
+
+    def git(*args, cwd=work):
+        return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True).stdout
+
+    git("init", "-q", "-b", "main")
+    git("-c", "user.name=t", "-c", "user.email=t@example.org", "commit", "-q", "--allow-empty", "-m", "course")
+    git("init", "-q", "--bare", str(remote), cwd=tmp_path)
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.org",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.org"}
+    out = subprocess.run(["bash", "tools/publish.sh", "--remote", str(remote)], cwd=work, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+    published = set(git("--git-dir", str(remote), "ls-tree", "-r", "--name-only", "gh-pages").splitlines())
+    built = {p.relative_to(HTML).as_posix() for p in HTML.rglob("*") if p.is_file()}
+    assert built - published == set(), f"not published: {sorted(built - published)[:10]}"
+    assert ".nojekyll" in published, "without .nojekyll GitHub Pages would not serve _static/"
+    assert all(p in published for p in site_pages())
+    index = git("--git-dir", str(remote), "show", "gh-pages:index.html")
+    assert index == (HTML / "index.html").read_text(encoding="utf-8")
+
+
+def test_no_page_shows_the_build_machines_paths():
+    # Outputs are published as the build printed them; a path of the machine that built the
+    # book (its checkout, a PosixPath repr) tells a reader nothing and leaks the build host.
+    for rel in site_pages():
+        text = (HTML / rel).read_text(encoding="utf-8")
+        for leak in (str(ROOT), "PosixPath('/", "WindowsPath("):
+            at = text.find(leak)
+            assert at < 0, f"{rel} shows {text[max(0, at - 40):at + 100]!r}"

@@ -232,3 +232,32 @@ def test_output_comparison_follows_nbval():
     tagged.cells[0].metadata["tags"] = ["nbval-check-output"]
     assert compare(tagged, nb(stream("2\n")))
     assert compare(nb(stream("1\n"), count=None), nb(stream("2\n")))                  # unrun but has output
+
+
+# ----------------------------------------------------------------------------- back-links
+
+def _toc_chapters() -> set[str]:
+    return {f"{c['file']}.ipynb" for part in yaml.safe_load((ROOT / "_toc.yml").read_text())["parts"]
+            for c in part["chapters"] if c["file"].startswith("chapters/")}
+
+
+@pytest.mark.parametrize("module", sorted(
+    [p for p in (ROOT / "lib" / "models").glob("*.py") if p.name != "__init__.py"]
+    + [ROOT / "lib" / name for name in ("attention.py", "generate.py", "layers.py")]),
+    ids=lambda p: str(p.relative_to(ROOT)))
+def test_lib_modules_link_back_to_the_chapters_that_explain_them(module):
+    """A reader of lib's code finds the chapter that explains it: the module docstring ends
+    with "Explained in chapters/....ipynb", every chapter named is in the book, and it uses
+    the module."""
+    import ast
+    doc = ast.get_docstring(ast.parse(module.read_text())) or ""
+    line = next((l for l in doc.splitlines() if l.startswith("Explained in ")), None)
+    assert line, f"{module.name}: its docstring has no 'Explained in chapters/...' line"
+    named = re.findall(r"chapters/[\w]+\.ipynb", line)
+    assert named, line
+    dotted = ".".join(module.relative_to(ROOT).with_suffix("").parts)
+    uses = (dotted, f"from {dotted.rsplit('.', 1)[0]} import {module.stem}", str(module.relative_to(ROOT)))
+    for chapter in named:
+        assert chapter in _toc_chapters(), f"{module.name} links to {chapter}, which is not in the book"
+        text = (ROOT / chapter).read_text(encoding="utf-8")
+        assert any(u in text for u in uses), f"{chapter} does not use {dotted}"

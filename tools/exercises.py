@@ -20,6 +20,7 @@ import concurrent.futures as cf
 import contextlib
 import csv
 import dataclasses
+import hashlib
 import io
 import json
 import os
@@ -121,6 +122,8 @@ def build(dist: Path = DIST, only: list[str] | None = None, quiet: bool = True,
         if len(zips) != 1:
             raise SystemExit(f"{m.key}: expected one autograder zip, found {[z.name for z in zips]}")
         zips[0].rename(tmp / "autograder" / f"{m.name}-autograder.zip")
+        for nb_file in (tmp / "student" / f"{m.name}.ipynb", tmp / "autograder" / f"{m.name}.ipynb"):
+            stable_cell_ids(nb_file, m.path, m.key)
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)
         if not quiet:
@@ -136,6 +139,26 @@ def build(dist: Path = DIST, only: list[str] | None = None, quiet: bool = True,
             if not any(chapter.iterdir()):
                 chapter.rmdir()
     return masters
+
+
+def stable_cell_ids(nb_file: Path, master: Path, salt: str) -> None:
+    """Give the cells otter assign adds (random ids) ids derived from their place and text.
+
+    Cells copied from the master keep the master's ids (the grader finds solution cells by
+    them); only ids that change from build to build are replaced, so that building twice
+    publishes byte-identical notebooks.
+    """
+    nb = nbformat.read(str(nb_file), as_version=4)
+    master_ids = {c.get("id") for c in nbformat.read(str(master), as_version=4).cells}
+    taken = {c.get("id") for c in nb.cells if c.get("id") in master_ids}
+    for i, cell in enumerate(nb.cells):
+        if cell.get("id") in master_ids:
+            continue
+        digest = hashlib.sha256(f"{salt}|{i}|{cell.cell_type}|{cell.source}".encode()).hexdigest()
+        new_id = next(digest[k:k + 8] for k in range(0, 57) if digest[k:k + 8] not in taken)
+        cell["id"] = new_id
+        taken.add(new_id)
+    nbformat.write(nb, str(nb_file))
 
 
 # ============================================================================ master parsing

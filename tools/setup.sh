@@ -28,24 +28,25 @@ if cuda and not torch.cuda.is_available():
     sys.exit(f"setup: CUDA wheels were pulled in on a machine without a GPU: {', '.join(cuda)}")
 PY
 
-if [ "${1:-}" = "--browser" ] && ! command -v chromium >/dev/null 2>&1; then
+# apt_install PACKAGE WHY: install a Debian package when we are root with apt-get; return 1 otherwise.
+apt_install() {
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "setup: installing Debian's chromium for the site tests"
+    echo "setup: installing Debian's $1 $2"
     apt-get update -qq >/dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$1" >/dev/null
   else
+    return 1
+  fi
+}
+if [ "${1:-}" = "--browser" ] && ! command -v chromium >/dev/null 2>&1; then
+  apt_install chromium "for the site tests" || {
     echo "setup: chromium is missing and cannot be installed here (needs root and apt-get)" >&2
     exit 1
-  fi
+  }
 fi
 # The exercise grader (tools/exercises.py grade / prove) runs every notebook in a bubblewrap sandbox.
 if ! command -v bwrap >/dev/null 2>&1; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "setup: installing Debian's bubblewrap for the exercise grader's sandbox"
-    apt-get update -qq >/dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null
-  else
+  apt_install bubblewrap "for the exercise grader's sandbox" ||
     echo "setup: warning: bubblewrap (bwrap) is missing; the exercise grader needs it (apt-get install bubblewrap)" >&2
-  fi
 fi
 echo "setup: .venv ready ($(du -sh .venv | cut -f1), torch $(.venv/bin/python -c 'import torch; print(torch.__version__)'))"

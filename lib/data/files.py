@@ -65,10 +65,15 @@ def dataset(name: str) -> DatasetInfo:
     return REGISTRY[name]
 
 
-def _how_to_get(info: DatasetInfo, file: FileInfo) -> str:
-    if file.direct:
-        return f"{MIRROR_HINT}, or let lib.data download it from {file.url} ({info.how_to_get})"
-    return info.how_to_get
+def _how_to_get(info: DatasetInfo, file: FileInfo, in_mirror: Path | None = None) -> str:
+    """How to get ``file``. ``in_mirror``: where the file belongs when the mirror is already
+    set, so that the advice says to copy it there instead of to set the variable again."""
+    how = f"{MIRROR_HINT}, or let lib.data download it from {file.url} ({info.how_to_get})" \
+        if file.direct else info.how_to_get
+    if in_mirror is not None:
+        how = how.replace(MIRROR_HINT, f"copy it to {in_mirror} ({MIRROR_ENV} is set to "
+                                       f"{in_mirror.parent.parent}, which lacks it)")
+    return how
 
 
 def verify(file: Path, expected: str, how_to_get: str = "") -> Path:
@@ -125,9 +130,8 @@ def path(name: str, filename: str | None = None) -> Path:
         raise ValueError(f"dataset {name!r} has no file {filename!r}: expected one of "
                          f"{', '.join(info.files)}")
     file = info.files[filename]
-    how = _how_to_get(info, file)
-
     mirror = mirror_dir()
+    how = _how_to_get(info, file, mirror / name / filename if mirror else None)
     candidates = ([mirror / name / filename] if mirror else []) + [cache_dir() / name / filename]
     for candidate in candidates:
         if candidate.is_file():
@@ -141,5 +145,6 @@ def path(name: str, filename: str | None = None) -> Path:
     try:
         return download(file.url, candidates[-1], file.sha256, file.size)
     except DataError as err:
+        # One message with everything, not two chained tracebacks.
         raise DataError(f"data file {name}/{filename} (sha256 {file.sha256}) is not available: "
-                        f"{err}. To get it: {how}") from err
+                        f"{err}. To get it: {how}") from None

@@ -23,6 +23,8 @@ The rules, all deterministic (no random generator, the same on every machine):
     from lib.data import nsmc
     split = nsmc.sentiment_split(train_per_class=2000, test_per_class=1000)
     split.train[0]    # {"review_id", "text", "label", "rating"}
+
+Explained in chapters/06_transfer_elmo.ipynb.
 """
 from __future__ import annotations
 

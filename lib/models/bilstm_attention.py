@@ -22,6 +22,8 @@ runs the dense cuDNN/oneDNN kernels: on a CPU the packed path is 10-20x slower.
 
 The model returns a logit, so train it with ``BCEWithLogitsLoss``; apply the sigmoid
 only to read a probability.
+
+Explained in chapters/02_bahdanau_imdb.ipynb.
 """
 from __future__ import annotations
 

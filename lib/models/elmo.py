@@ -37,6 +37,8 @@ Interface
     ``<S>``/``</S>`` at both ends, padding ``-100`` or anything past ``lengths``);
     ``num_parameters(exclude_embeddings=False)`` (excluding: the byte table and the softmax).
 ``ScalarMix(num_layers)``: ``forward(list of tensors) -> γ·Σ softmax(s)_j h_j``; ``.weights()``.
+
+Explained in chapters/06_transfer_elmo.ipynb.
 """
 from __future__ import annotations
 

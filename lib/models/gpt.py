@@ -39,6 +39,8 @@ of the new tokens continue from ``cache.length``. The cache has ``length`` and
 The name tables :func:`hf_gpt2_table` and :func:`hf_openai_gpt_table` map our weights to
 Hugging Face's ``GPT2LMHeadModel`` and ``OpenAIGPTLMHeadModel`` for
 :func:`lib.models.reference.copy_weights`; the tests check that the logits agree.
+
+Explained in chapters/07_gpt.ipynb.
 """
 from __future__ import annotations
 

@@ -28,6 +28,8 @@ Interface
     -> (logits, loss)``; ``span_penalty()``; ``spans()``.
 ``ProductKeyMemory(d_in, d_out, n_keys, k, d_key)``: ``search(q) -> (scores, indices)``,
     ``brute_force_search(q)`` (the same over all n² keys, for checking), ``forward(x)``.
+
+Explained in chapters/05_attention_variants.ipynb.
 """
 from __future__ import annotations
 

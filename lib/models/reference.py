@@ -26,6 +26,8 @@ The ``torch.nn`` references of chapter 3 are copied this way too:
 ``copy_from_torch_mha(mha, torch_mha)`` (a ``torch.nn.MultiheadAttention`` into a
 ``lib.attention.MultiHeadAttention``) and ``copy_from_torch_transformer(core, torch_transformer)``
 (a ``torch.nn.Transformer`` into a ``lib.models.transformer.TransformerCore``).
+
+Explained in chapters/07_gpt.ipynb (chapter 3 uses its torch.nn copies through lib.models.transformer).
 """
 from __future__ import annotations
 

@@ -26,6 +26,8 @@ real tokens (see ``lib.attention``).
     src, src_len, tgt_in, tgt_out = collate(pairs, cfg)         # teacher-forcing shift
     loss = model.loss(src, src_len, tgt_in, tgt_out)            # padding ignored
     tokens, attn = model.greedy_decode(src, src_len, max_len=30)
+
+Explained in chapters/01_seq2seq_attention.ipynb.
 """
 from __future__ import annotations
 

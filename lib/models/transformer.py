@@ -50,6 +50,8 @@ norm_first, activation, eps)``: the ``nn.Transformer``-shaped part (no embedding
     ``num_parameters(exclude_embeddings=False)`` (tied matrices counted once);
     ``attention_weights(src, tgt) -> dict`` of per-layer weights ``(B, H, Tq, Tk)`` under
     ``encoder_self``, ``decoder_self``, ``cross`` (for heatmaps).
+
+Explained in chapters/03_transformer.ipynb, chapters/04_transformer_chatbot.ipynb.
 """
 from __future__ import annotations
 

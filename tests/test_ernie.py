@@ -369,3 +369,34 @@ def test_ernie_bad_inputs():
         E.ErnieModel(E.BertConfig(**TINY))
     with pytest.raises(TypeError, match="use_task_id"):
         E.ErnieConfig(**TINY, use_task_id="yes")
+
+
+def test_collate_pads_and_masks_per_level():
+    exs = [example(), example(n=9, phrases=((1, 4),), entities=())]
+    b = km.collate(exs, ["phrase", "basic"], mask_id=6, vocab_size=100, pad_id=0,
+                   generator=torch.Generator().manual_seed(0))
+    assert b["input_ids"].shape == b["mlm_labels"].shape == b["attention_mask"].shape == (2, 21)
+    assert b["attention_mask"][1].tolist() == [True] * 9 + [False] * 12
+    assert (b["input_ids"][1, 9:] == 0).all() and (b["mlm_labels"][1, 9:] == -100).all()
+    assert int((b["mlm_labels"][0] != -100).sum()) == round(0.15 * 19)
+    assert int((b["mlm_labels"][1] != -100).sum()) == 1                  # round(0.15 * 7) = 1
+    with pytest.raises(ValueError, match="levels has 1"):
+        km.collate(exs, ["basic"], mask_id=6, vocab_size=100)
+
+
+def test_collate_dialogues_roles_labels_and_masking(tokenizer):
+    ds = dlg.make_dialogues(PAIRS[:40], seed=0)
+    encoded = [dlg.encode_dialogue(d.turns, tokenizer, label=d.label) for d in ds]
+    b = dlg.collate_dialogues(encoded, mask_id=tokenizer.mask_id, vocab_size=tokenizer.vocab_size,
+                              special_ids=[tokenizer.pad_id, tokenizer.cls_id, tokenizer.sep_id],
+                              pad_id=tokenizer.pad_id, generator=torch.Generator().manual_seed(0))
+    assert b["nsp_labels"].tolist() == [d.label for d in ds]
+    for k, e in enumerate(encoded):
+        n = len(e.ids)
+        assert b["token_type_ids"][k, :n].tolist() == e.roles                # roles, as segment ids
+        assert (b["token_type_ids"][k, n:] == 0).all() and not b["attention_mask"][k, n:].any()
+        chosen = b["mlm_labels"][k] != -100
+        assert chosen.any() and not chosen[n:].any()
+        original = torch.tensor(e.ids)
+        assert not (chosen[:n] & ((original == tokenizer.cls_id) | (original == tokenizer.sep_id))).any()
+        assert torch.equal(b["mlm_labels"][k][chosen], original[chosen[:n]])

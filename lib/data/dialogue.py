@@ -19,6 +19,8 @@ of turns.
     train, test = split_pairs(load_chatbot())
     dialogues = make_dialogues(train, seed=0)          # list of Dialogue(turns, label)
     ex = encode_dialogue(dialogues[0].turns, tokenizer) # ids and role ids
+
+Explained in chapters/13_ernie.ipynb.
 """
 from __future__ import annotations
 

@@ -30,6 +30,8 @@ draws each unit with probability 0.15 instead; a fixed budget removes one source
 a small experiment.) The tokens of the chosen units then go through BERT's 80/10/10 step
 (``lib.data.mlm.corrupt_80_10_10``), token by token as ERNIE's code does; the labels are the
 original ids there and -100 elsewhere.
+
+Explained in chapters/13_ernie.ipynb.
 """
 from __future__ import annotations
 

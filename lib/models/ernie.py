@@ -23,6 +23,8 @@ So this file only subclasses ``lib.models.bert``::
 
 The role ids of a dialogue *are* the segment ids: ``token_type_ids`` index the same table BERT
 uses for sentences A and B, added to the token embedding, never in place of it.
+
+Explained in chapters/13_ernie.ipynb.
 """
 from __future__ import annotations
 

@@ -400,3 +400,15 @@ def test_collate_dialogues_roles_labels_and_masking(tokenizer):
         original = torch.tensor(e.ids)
         assert not (chosen[:n] & ((original == tokenizer.cls_id) | (original == tokenizer.sep_id))).any()
         assert torch.equal(b["mlm_labels"][k][chosen], original[chosen[:n]])
+
+
+def test_fakes_from_other_text():
+    sentences = [f"리뷰 문장 {i}" for i in range(50)]
+    ds = dlg.make_dialogues(PAIRS, seed=0, sentences=sentences)
+    fakes = [d for d in ds if d.label == dlg.FAKE]
+    sources = [d.fake_from for d in fakes]
+    assert set(sources) == {"text", "dialogue"} and all(d.fake_from is None for d in ds if d.label == dlg.REAL)
+    for d in fakes:
+        texts = [t for _, t in d.turns]
+        assert any(t in sentences for t in texts) == (d.fake_from == "text")
+    assert all(d.fake_from == "dialogue" for d in dlg.make_dialogues(PAIRS, seed=0) if d.label == dlg.FAKE)

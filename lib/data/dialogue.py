@@ -5,7 +5,7 @@ dialogue is encoded like a BERT sentence pair, ``[CLS] turn [SEP] turn [SEP] ...
 *segment* ids of BERT become *dialogue-role* ids: 0 for a query (Q), 1 for a response (R).
 The role ids index the embedding table that BERT uses for segments A/B (it is added to the
 token and position embeddings); the token embeddings are untouched. Half of the dialogues are
-made fake by replacing the query or the response with a sentence from another dialogue, and
+made fake by replacing the query or the response with a randomly selected sentence, and
 the model learns to tell real from fake on ``[CLS]`` while it also predicts masked tokens.
 ERNIE alternates these DLM batches with ordinary masked-LM batches.
 
@@ -47,9 +47,12 @@ ROLES = {"Q": ROLE_Q, "R": ROLE_R}
 
 @dataclass(frozen=True)
 class Dialogue:
-    """Turns ``(role, text)`` with role ``"Q"`` or ``"R"``, and ``label`` :data:`REAL` (0) or :data:`FAKE` (1)."""
+    """Turns ``(role, text)`` with role ``"Q"`` or ``"R"``, ``label`` :data:`REAL` (0) or
+    :data:`FAKE` (1), and where a fake's replacement came from (``"dialogue"``: a turn of another
+    dialogue, ``"text"``: a sentence of other text; ``None`` for a real dialogue)."""
     turns: tuple[tuple[str, str], ...]
     label: int
+    fake_from: str | None = None
 
 
 @dataclass
@@ -79,13 +82,17 @@ def split_pairs(rows: Sequence[Mapping], every: int = 10) -> tuple[list[dict], l
     return train, test
 
 
-def make_dialogues(pairs: Sequence[Mapping], seed: int = 0, fake_prob: float = 0.5) -> list[Dialogue]:
-    """One QR dialogue per pair; with probability ``fake_prob`` it is fake: its query (half
-    of the time) or its response replaced by the query or response of another pair, never by
-    the same text. Deterministic for a given ``seed``."""
+def make_dialogues(pairs: Sequence[Mapping], seed: int = 0, fake_prob: float = 0.5,
+                   sentences: Sequence[str] = (), sentence_prob: float = 0.5) -> list[Dialogue]:
+    """One QR dialogue per pair; with probability ``fake_prob`` it is fake: its query (half of
+    the time) or its response is replaced by a randomly chosen sentence, never the same text.
+    ERNIE draws that sentence at random; here it is, with probability ``sentence_prob``, one of
+    ``sentences`` (other text, e.g. reviews) when given, else the same turn of another pair.
+    Deterministic for a given ``seed``."""
     check_int("seed", seed, 0)
     check_probability("fake_prob", fake_prob)
-    pairs = list(pairs)
+    check_probability("sentence_prob", sentence_prob)
+    pairs, sentences = list(pairs), list(sentences)
     if len(pairs) < 2:
         raise ValueError(f"make_dialogues needs at least 2 pairs to draw fakes from, got {len(pairs)}")
     rng = random.Random(seed)
@@ -97,14 +104,16 @@ def make_dialogues(pairs: Sequence[Mapping], seed: int = 0, fake_prob: float = 0
             continue
         replace_query = rng.random() < 0.5
         key, original = ("q", q) if replace_query else ("a", a)
+        source = "text" if sentences and rng.random() < sentence_prob else "dialogue"
         for _ in range(100):
-            other = pairs[rng.randrange(len(pairs))][key]
+            other = (sentences[rng.randrange(len(sentences))] if source == "text"
+                     else pairs[rng.randrange(len(pairs))][key])
             if other != original:
                 break
         else:
-            raise ValueError(f"pair {i}: every other pair has the same {key!r}, no fake can be made")
+            raise ValueError(f"pair {i}: every candidate equals its {key!r}, no fake can be made")
         turns = (("Q", other), ("R", a)) if replace_query else (("Q", q), ("R", other))
-        out.append(Dialogue(turns, FAKE))
+        out.append(Dialogue(turns, FAKE, source))
     return out
 
 

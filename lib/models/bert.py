@@ -319,12 +319,13 @@ class BertModel(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None, output_hidden_states: bool = False,
-                output_attentions: bool = False) -> BertOutput:
+                output_attentions: bool = False, **embedding_inputs) -> BertOutput:
         """``input_ids (B, T)`` long; ``token_type_ids (B, T)`` segment 0 (A) / 1 (B), zeros when
-        None; ``attention_mask (B, T)`` True/1 at real tokens."""
+        None; ``attention_mask (B, T)`` True/1 at real tokens. ``embedding_inputs``: extra
+        inputs of a subclass's embeddings, passed on to them (ERNIE's ``task_type_ids``)."""
         token_type_ids, keep = self.check_inputs(input_ids, token_type_ids, attention_mask)
         mask = None if keep is None else keep[:, None, None, :]       # (B, 1, 1, T): hide padding keys
-        x = self.embeddings(input_ids, token_type_ids)
+        x = self.embeddings(input_ids, token_type_ids, **embedding_inputs)
         last, states, maps = self.encoder(x, mask, output_hidden_states, output_attentions)
         pooled = self.pooler(last) if self.pooler is not None else None
         return BertOutput(last, pooled, states, maps)

@@ -58,3 +58,26 @@ def kv_cache_rows(decode, new_tokens: list[int], batch_size: int, repeats: int) 
         print(f"{n:4d} new tokens: cache {t_cache:7.2f} s, no cache {t_plain:7.2f} s, "
               f"speed-up {row['speedup']:.1f}x", flush=True)
     return rows
+
+
+def alternate(runs: dict, steps: int, repeats: int, dev: torch.device) -> dict[str, list[float]]:
+    """Time each ``runs[name]()`` (one step) in alternation: a warm-up step each, then ``repeats``
+    rounds in which every name runs ``steps`` steps. Returns the seconds of every round, by name.
+    Alternating spreads a change in the machine's load over all of them alike."""
+    def round_(name: str, n: int) -> float:
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        t = time.perf_counter()
+        for _ in range(n):
+            runs[name]()
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter() - t
+
+    for name in runs:                      # warm-up
+        round_(name, 1)
+    seconds = {name: [] for name in runs}
+    for _ in range(repeats):
+        for name in runs:
+            seconds[name].append(round_(name, steps))
+    return seconds

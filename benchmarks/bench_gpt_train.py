@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -77,26 +76,12 @@ def main(argv=None) -> dict:
     runs = {"lib GPT": (ours, loss_ours), "HF GPT2LMHeadModel": (hf, loss_hf)}
     opts = {name: torch.optim.AdamW(m.parameters(), lr=1e-4) for name, (m, _) in runs.items()}
 
-    def run(name, steps):
-        model, loss_fn = runs[name]
-        opt = opts[name]
-        if dev.type == "cuda":
-            torch.cuda.synchronize()
-        t = time.perf_counter()
-        for _ in range(steps):
-            opt.zero_grad(set_to_none=True)
-            loss_fn().backward()
-            opt.step()
-        if dev.type == "cuda":
-            torch.cuda.synchronize()
-        return time.perf_counter() - t
+    def train_step(name):
+        opts[name].zero_grad(set_to_none=True)
+        runs[name][1]().backward()
+        opts[name].step()
 
-    for name in runs:                      # warm-up
-        run(name, 1)
-    seconds = {name: [] for name in runs}
-    for _ in range(args.repeats):
-        for name in runs:
-            seconds[name].append(run(name, args.steps))
+    seconds = _report.alternate({name: (lambda n=name: train_step(n)) for name in runs}, args.steps, args.repeats, dev)
     tokens = args.steps * args.batch_size * args.block_size
     tps = {name: tokens / statistics.median(s) for name, s in seconds.items()}
     ratio = tps["lib GPT"] / tps["HF GPT2LMHeadModel"]

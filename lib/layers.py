@@ -42,7 +42,11 @@ from lib.validate import check_int
 __all__ = ["sinusoidal_positional_encoding", "shift_matrix", "PositionalEncoding",
            "PositionwiseFeedForward", "ResidualBlock", "layer_norm", "num_parameters", "ACTIVATIONS"]
 
-ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"relu": F.relu, "gelu": F.gelu}
+ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "relu": F.relu, "gelu": F.gelu,
+    # GELU's tanh approximation (Hendrycks & Gimpel, 2016), Hugging Face's "gelu_new" (GPT-2, ALBERT)
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+}
 
 
 def _frequencies(d_model: int) -> torch.Tensor:

@@ -17,6 +17,7 @@ when one of its names is first used.
 from .registry import REGISTRY, DatasetInfo, FileInfo
 from .files import CACHE_ENV, MIRROR_ENV, DataError, cache_dir, download, mirror_dir, path
 from .loaders import load_chatbot, load_imdb, load_nsmc_raw, load_tatoeba, load_tinyshakespeare
+from . import chatbot, noising  # chapter 4's chatbot split; BART's corruptions
 from . import nsmc  # the course's balanced NSMC sentiment split (not the published NSMC split)
 
 _FROM_BUILDERS = ("tfds_source", "torch_loader", "split_indices", "builder", "tfds_dir", "BUILDERS",

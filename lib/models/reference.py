@@ -38,7 +38,7 @@ import torch
 from torch import nn
 
 __all__ = ["Source", "copy_weights", "split", "transpose", "WeightCopyError", "copy_from_torch_mha",
-           "copy_from_torch_transformer"]
+           "copy_from_torch_transformer", "hf_bert_table"]
 
 
 class WeightCopyError(ValueError):
@@ -222,3 +222,37 @@ def copy_from_torch_transformer(core: nn.Module, torch_transformer: nn.Transform
             table |= _linear(p + ours, p + theirs)
     table |= _linear("encoder.norm", "encoder.norm") | _linear("decoder.norm", "decoder.norm")
     return copy_weights(core, torch_transformer, table)
+
+
+# ----------------------------------------------------------------------------- Hugging Face BERT
+
+def hf_bert_table(num_layers: int, prefix: str = "bert.", heads: bool = True,
+                  pooler: bool = True) -> dict[str, str | Source]:
+    """Name table from Hugging Face ``BertForPreTraining`` (``prefix="bert."``, ``heads=True``) or
+    ``BertModel`` (``prefix=""``) to ``lib.models.bert``'s ``BertForPreTraining`` / ``BertModel``.
+
+    Our tied MLM decoder (``mlm.decoder.weight``) is not in the table: it is the token embedding.
+    ``heads=False`` maps a ``BertModel`` of ours (no ``bert.`` in our keys)."""
+    ours = "bert." if heads else ""
+    table: dict[str, str | Source] = {}
+    e, te = f"{ours}embeddings.", f"{prefix}embeddings."
+    for name in ("word_embeddings", "position_embeddings", "token_type_embeddings"):
+        table[f"{e}{name}.weight"] = f"{te}{name}.weight"
+    table |= _linear(f"{e}norm", f"{te}LayerNorm")
+    for i in range(num_layers):
+        o, t = f"{ours}encoder.layers.{i}.", f"{prefix}encoder.layer.{i}."
+        for q, name in (("q", "query"), ("k", "key"), ("v", "value")):
+            table |= _linear(f"{o}attention.w_{q}", f"{t}attention.self.{name}")
+        table |= _linear(f"{o}attention.w_o", f"{t}attention.output.dense")
+        table |= _linear(f"{o}attention_block.norm", f"{t}attention.output.LayerNorm")
+        table |= _linear(f"{o}ffn.linear1", f"{t}intermediate.dense")
+        table |= _linear(f"{o}ffn.linear2", f"{t}output.dense")
+        table |= _linear(f"{o}ffn_block.norm", f"{t}output.LayerNorm")
+    if pooler:
+        table |= _linear(f"{ours}pooler.dense", f"{prefix}pooler.dense")
+    if heads:
+        table |= _linear("mlm.dense", "cls.predictions.transform.dense")
+        table |= _linear("mlm.norm", "cls.predictions.transform.LayerNorm")
+        table["mlm.bias"] = "cls.predictions.bias"
+        table |= _linear("nsp", "cls.seq_relationship")
+    return table

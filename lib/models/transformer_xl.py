@@ -256,13 +256,13 @@ class TransformerXLConfig:
 
     def __post_init__(self):
         for name in ("vocab_size", "n_layer", "n_head", "d_model", "d_inner"):
-            check_int(f"TransformerXLConfig.{name}", getattr(self, name), 1)
-        check_int("TransformerXLConfig.mem_len", self.mem_len, 0)
+            check_int(f"{type(self).__name__}.{name}", getattr(self, name), 1)
+        check_int(f"{type(self).__name__}.mem_len", self.mem_len, 0)
         if self.d_head is None:
             if self.d_model % self.n_head:
                 raise ValueError(f"d_model={self.d_model} is not divisible by n_head={self.n_head}")
             self.d_head = self.d_model // self.n_head
-        check_int("TransformerXLConfig.d_head", self.d_head, 1)
+        check_int(f"{type(self).__name__}.d_head", self.d_head, 1)
         if self.d_model % 2:
             raise ValueError(f"d_model must be even (sinusoid halves), got {self.d_model}")
         if not 0.0 <= self.dropout < 1.0:

@@ -45,7 +45,7 @@ import torch.nn.functional as F
 
 from lib.layers import num_parameters
 from lib.models.reference import Source
-from lib.models.transformer_xl import (ACTIVATIONS, RelativeLayer, init_weights, layer_table,
+from lib.models.transformer_xl import (RelativeLayer, TransformerXLConfig, init_weights, layer_table,
                                        relative_distances, relative_sinusoid, update_memory)
 from lib.validate import check_int, check_tensor
 
@@ -81,33 +81,10 @@ def partial_targets(perm: torch.Tensor, num_predict: int) -> torch.Tensor:
 
 
 @dataclass
-class XLNetConfig:
-    """Hyper-parameters (a small character-level default)."""
-    vocab_size: int = 65
-    n_layer: int = 4
-    n_head: int = 4
-    d_model: int = 128
-    d_head: int | None = None
-    d_inner: int = 512
-    dropout: float = 0.0
+class XLNetConfig(TransformerXLConfig):
+    """Hyper-parameters (a small character-level default): Transformer-XL's, without memory by
+    default (a permutation LM trains on single segments)."""
     mem_len: int = 0
-    activation: str = "gelu"
-    layer_norm_eps: float = 1e-12
-
-    def __post_init__(self):
-        for name in ("vocab_size", "n_layer", "n_head", "d_model", "d_inner"):
-            check_int(f"XLNetConfig.{name}", getattr(self, name), 1)
-        check_int("XLNetConfig.mem_len", self.mem_len, 0)
-        if self.d_head is None:
-            if self.d_model % self.n_head:
-                raise ValueError(f"d_model={self.d_model} is not divisible by n_head={self.n_head}")
-            self.d_head = self.d_model // self.n_head
-        if self.d_model % 2:
-            raise ValueError(f"d_model must be even (sinusoid halves), got {self.d_model}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
-        if self.activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {self.activation!r}")
 
 
 @dataclass

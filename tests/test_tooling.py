@@ -86,6 +86,17 @@ def test_bibliography_has_the_papers_of_the_syllabus():
         assert key in keys, key
 
 
+def test_every_paper_in_the_bibliography_has_author_title_and_year():
+    """A paper without a year builds with a warning, and -W turns it into a failed build."""
+    from pybtex.database import parse_file
+
+    for key, entry in parse_file(str(ROOT / "references.bib")).entries.items():
+        if entry.type in ("article", "inproceedings", "book", "incollection"):
+            missing = [f for f in ("title", "year") if f not in entry.fields]
+            missing += [] if entry.persons.get("author") else ["author"]
+            assert not missing, f"{key}: missing {', '.join(missing)}"
+
+
 def test_every_citation_in_the_book_is_in_the_bibliography():
     from pybtex.database import parse_file
 

@@ -27,7 +27,7 @@ from matplotlib import font_manager
 
 __all__ = ["korean_font", "korean_font_path", "setup_fonts", "plot_history", "attention_heatmap",
            "plot_positional_encoding", "color_text_html", "show_html", "show_code", "SourceCode",
-           "attention_explorer", "attention_explorer_data", "ATTENTION_KINDS"]
+           "attention_grid", "attention_explorer", "attention_explorer_data", "ATTENTION_KINDS"]
 
 KOREAN_FONT_NAME = "NanumGothic"
 LATIN_FONT_NAME = "DejaVu Sans"  # ships with matplotlib, so it is always there
@@ -227,6 +227,38 @@ def attention_heatmap(weights, x_labels: Sequence[str] | None = None, y_labels: 
     return ax
 
 
+def attention_grid(weights, x_labels: Sequence[str] | None = None, y_labels: Sequence[str] | None = None,
+                   title: str | None = None, cell_size: float = 1.7, cmap: str = "viridis"):
+    """Every head of every layer: ``weights`` ``(layers, heads, queries, keys)`` (or the list of
+    per-layer ``(1, heads, q, k)`` tensors ``Transformer.attention_weights`` returns) drawn as a
+    grid of heatmaps, one row per layer and one column per head, all on the colour scale 0..1
+    (so heads compare). Key labels go under the bottom row, query labels left of the first
+    column. Returns the ``Figure``.
+    """
+    import matplotlib.pyplot as plt
+
+    a = _layers_heads("weights", weights)
+    L, H, Q, K = a.shape
+    if L == 0 or H == 0:
+        raise ValueError(f"weights has no layer or no head: shape {tuple(a.shape)}")
+    fig, axes = plt.subplots(L, H, figsize=(cell_size * H + 1.2, cell_size * L * max(Q, 1) / max(K, 1) * 0.9 + 1.2),
+                             squeeze=False, sharex=True, sharey=True)
+    for l in range(L):
+        for h in range(H):
+            ax = attention_heatmap(a[l, h], x_labels=x_labels, y_labels=y_labels, ax=axes[l, h], cmap=cmap,
+                                   colorbar=False, vmin=0.0, vmax=1.0, title=f"layer {l + 1}, head {h + 1}")
+            ax.title.set_fontsize(8)
+            ax.tick_params(labelsize=7)
+            if l < L - 1:
+                ax.set_xlabel("")
+            if h > 0:
+                ax.set_ylabel("")
+    fig.colorbar(axes[0, 0].images[0], ax=axes, fraction=0.015, pad=0.01)
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
 def plot_positional_encoding(pe, ax=None, title: str | None = "positional encoding", cmap: str = "RdBu"):
     """Show a ``(positions, d_model)`` positional-encoding matrix (a leading axis of size 1
     is dropped): position down, dimension across, values in a diverging colour map."""
@@ -390,22 +422,22 @@ def _layers_heads(name: str, w) -> np.ndarray:
     ``(heads, q, k)`` / ``(1, heads, q, k)`` tensors (what ``Transformer.attention_weights`` gives)."""
     if isinstance(w, (list, tuple)):
         if not w:
-            raise ValueError(f"weights[{name!r}] is an empty list; give one (heads, queries, keys) per layer")
+            raise ValueError(f"{name} is an empty list; give one (heads, queries, keys) per layer")
         layers = []
         for i, layer in enumerate(w):
-            a = _to_numpy(f"weights[{name!r}][{i}]", layer)
+            a = _to_numpy(f"{name}[{i}]", layer)
             if a.ndim == 4 and a.shape[0] == 1:
                 a = a[0]
             if a.ndim != 3:
-                raise ValueError(f"weights[{name!r}][{i}] must be (heads, queries, keys) or (1, heads, queries, "
+                raise ValueError(f"{name}[{i}] must be (heads, queries, keys) or (1, heads, queries, "
                                  f"keys), got shape {tuple(a.shape)}")
             layers.append(a)
         if len({a.shape for a in layers}) > 1:
-            raise ValueError(f"the layers of weights[{name!r}] differ in shape: {[a.shape for a in layers]}")
+            raise ValueError(f"the layers of {name} differ in shape: {[a.shape for a in layers]}")
         return np.stack(layers)
-    a = _to_numpy(f"weights[{name!r}]", w)
+    a = _to_numpy(f"{name}", w)
     if a.ndim != 4:
-        raise ValueError(f"weights[{name!r}] must be (layers, heads, queries, keys), got shape {tuple(a.shape)}")
+        raise ValueError(f"{name} must be (layers, heads, queries, keys), got shape {tuple(a.shape)}")
     return a
 
 
@@ -451,7 +483,7 @@ def attention_explorer_data(weights: Mapping, source_tokens: Sequence[str] | Non
         for side in {q_side, k_side}:
             if side not in tokens:
                 raise ValueError(f"weights[{name!r}] needs {side}_tokens")
-        a = _layers_heads(name, w)
+        a = _layers_heads(f"weights[{name!r}]", w)
         L, H, Q, K = a.shape
         if Q != len(tokens[q_side]) or K != len(tokens[k_side]):
             raise ValueError(f"weights[{name!r}] has shape (layers={L}, heads={H}, queries={Q}, keys={K}) but there "

@@ -1,11 +1,17 @@
-"""lib.viz.attention_explorer: the checked JSON it embeds, and the page it makes in a browser."""
+"""lib.viz.attention_explorer (the checked JSON it embeds, the page it makes in a browser) and
+lib.viz.attention_grid (every head of every layer)."""
 import json
 import re
 import shutil
 
-import numpy as np
-import pytest
-import torch
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 from lib import viz
 from lib.models.transformer import Transformer, TransformerConfig
@@ -94,6 +100,24 @@ def test_tokens_cannot_break_out_of_the_page_and_ids_are_unique():
         assert embedded(a)["kinds"][0]["keys"] == NASTY
     ids_a, ids_b = set(re.findall(r'id="([^"]+)"', a.data)), set(re.findall(r'id="([^"]+)"', b.data))
     assert ids_a and not ids_a & ids_b
+
+
+def test_attention_grid_draws_every_head_of_every_layer_on_one_scale():
+    w = softmax_weights(2, 3, 4, 5)
+    fig = viz.attention_grid(list(w[:, None]), x_labels=list("abcde"), y_labels=list("wxyz"), title="t")
+    try:
+        maps = [ax for ax in fig.axes if ax.images]
+        assert [ax.get_title() for ax in maps] == [f"layer {l}, head {h}" for l in (1, 2) for h in (1, 2, 3)]
+        for i, ax in enumerate(maps):
+            np.testing.assert_allclose(ax.images[0].get_array(), w[i // 3, i % 3].numpy(), atol=1e-6)
+            assert ax.images[0].get_clim() == (0.0, 1.0)
+        assert [t.get_text() for t in maps[-1].get_xticklabels()] == list("abcde")
+        with pytest.raises(ValueError, match=r"\(layers, heads, queries, keys\), got shape \(3, 4, 5\)"):
+            viz.attention_grid(w[0])
+        with pytest.raises(ValueError, match="y_labels has 3 labels"):
+            viz.attention_grid(w, y_labels=list("xyz"))
+    finally:
+        plt.close("all")
 
 
 # ---------------------------------------------------------------------------- in a browser

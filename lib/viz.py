@@ -528,9 +528,10 @@ def attention_explorer(weights: Mapping, source_tokens: Sequence[str] | None = N
     payload = _json_for_script(data)
     _explorer_count += 1
     uid = f"attnx-{hashlib.sha1(payload.encode()).hexdigest()[:10]}-{_explorer_count}"
-    css = (f"#{uid} {{font-family: sans-serif; border: 1px solid #ccc; border-radius: 6px; padding: 0.6em; "
+    # the page's own fonts (on the book's site they include the Korean web font it serves)
+    css = (f"#{uid} {{font-family: inherit; border: 1px solid #ccc; border-radius: 6px; padding: 0.6em; "
            f"margin: 0.5em 0; background: #fff; color: #222}}\n"
-           f"#{uid} select {{margin-right: 0.8em; color: #222; background: #f6f6f6}}\n"
+           f"#{uid} select {{font: inherit; margin-right: 0.8em; color: #222; background: #f6f6f6}}\n"
            f"#{uid} .attnx-row {{display: flex; flex-wrap: wrap; gap: 4px; align-items: flex-start; "
            f"margin: 0.4em 0}}\n"
            f"#{uid} .attnx-label {{width: 9em; font-size: 0.85em; color: #555}}\n"

@@ -205,6 +205,14 @@ def _differing(a, b) -> float:
     return float((a[:h, :w] != b[:h, :w]).mean())
 
 
+def _ink_in(element, family: str | None):
+    """The ink of one element's text drawn in the font stack ``family`` (None: as published)."""
+    element.evaluate("""async (el, f) => { el.style.fontFamily = f === null ? '' : f;
+        await document.fonts.ready;
+        await new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done))); }""", family)
+    return _ink(element.screenshot())
+
+
 def test_korean_text_is_drawn_with_glyphs_not_boxes(visit):
     # The first Korean word of a table in chapter 04 (the chatbot's prompts and answers), as
     # the page draws it once its fonts have loaded, against the same word in a font stack
@@ -232,10 +240,7 @@ def test_korean_text_is_drawn_with_glyphs_not_boxes(visit):
     sample = page.locator("#korean-sample")
 
     def shot(family: str | None):
-        sample.evaluate("""async (el, f) => { el.style.fontFamily = f === null ? '' : f;
-            await document.fonts.ready;
-            await new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done))); }""", family)
-        return _ink(sample.screenshot())
+        return _ink_in(sample, family)
 
     as_published = shot(None)
     family = sample.evaluate("el => el.dataset.family")
@@ -407,6 +412,10 @@ def test_attention_explorer_of_chapter_04_shows_the_exported_weights(visit):
         tokens = page.eval_on_selector_all(f"#{root} .attnx-query .attnx-text", "els => els.map(e => e.textContent)")
         assert tokens == k["queries"]
     assert len({tuple(s) for s in seen}) > 1, "the displayed weights did not change between heads and kinds"
+    # its Korean tokens are drawn in the site's Korean web font, not as boxes
+    hangul = page.locator(f"#{root} .attnx-text", has_text=re.compile(HANGUL)).first
+    tofu, published = _ink_in(hangul, '"DejaVu Sans", sans-serif'), _ink_in(hangul, None)
+    assert _differing(published, tofu) > 0.2, f"the explorer draws {hangul.text_content()!r} as empty boxes"
     assert not v.problems, "\n".join(v.problems)
 
 

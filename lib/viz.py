@@ -1,4 +1,5 @@
-"""Plots for the course: training curves, attention heatmaps, positional encodings,
+"""Plots for the course: training curves, attention heatmaps (one head or every head of every
+layer), a kernel-free attention explorer in HTML, positional encodings,
 token highlighting in HTML, and the source of the ``lib`` code a chapter runs
 (:func:`show_code`).
 
@@ -233,7 +234,7 @@ def attention_grid(weights, x_labels: Sequence[str] | None = None, y_labels: Seq
     per-layer ``(1, heads, q, k)`` tensors ``Transformer.attention_weights`` returns) drawn as a
     grid of heatmaps, one row per layer and one column per head, all on the colour scale 0..1
     (so heads compare). Key labels go under the bottom row, query labels left of the first
-    column. Returns the ``Figure``.
+    column. Returns the ``Figure``. Used in chapters/04_transformer_chatbot.ipynb.
     """
     import matplotlib.pyplot as plt
 
@@ -518,6 +519,7 @@ def attention_explorer(weights: Mapping, source_tokens: Sequence[str] | None = N
     (``lib/attention_explorer.js``; no library, no request), so it works in a notebook, in the
     executed notebook's output and on the static book page. Each call gets its own element ids,
     so several explorers can share a page; token text is inserted as text, never as HTML.
+    Explained in chapters/04_transformer_chatbot.ipynb (tested in the built page by tests/test_site.py).
     """
     global _explorer_count
     import hashlib

@@ -38,6 +38,7 @@
     const formulas = [];
     doc.querySelectorAll(".math").forEach((el) => {
       if (formulas.length >= 0xf8ff - FIRST) return;
+      el.querySelectorAll(".eqno, .headerlink").forEach((n) => n.remove());  // "(1)" of a numbered equation
       formulas.push(tex(el.textContent));
       el.replaceWith(doc.createTextNode(String.fromCharCode(FIRST + formulas.length - 1)));
     });

@@ -35,7 +35,6 @@
   function token(text, cls) {
     const span = document.createElement("span");
     span.className = cls;
-    span.tabIndex = 0;
     const t = document.createElement("span");
     t.className = "attnx-text";
     t.textContent = text;
@@ -70,6 +69,7 @@
     keyRow.textContent = "";
     k.queries.forEach((text, i) => {
       const el = queryRow.appendChild(token(text, "attnx-token attnx-query"));
+      el.tabIndex = 0;  // reachable with the keyboard: focus shows the weights as hovering does
       el.addEventListener("mouseenter", () => show(i));
       el.addEventListener("focus", () => show(i));
     });

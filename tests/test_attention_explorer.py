@@ -177,6 +177,9 @@ def test_hovering_a_token_shows_its_weights_in_a_browser(tmp_path):
             np.testing.assert_allclose(shown_weights(page, ids[1]), data[1]["kinds"][1]["weights"][0][0][2], atol=6e-4)
             queries = page.eval_on_selector_all(f"#{ids[1]} .attnx-query .attnx-text", "els => els.map(e => e.textContent)")
             assert queries == tgt
+            # the keyboard does what the mouse does
+            page.focus(f"#{ids[1]} .attnx-query >> nth=0")
+            np.testing.assert_allclose(shown_weights(page, ids[1]), data[1]["kinds"][1]["weights"][0][0][0], atol=6e-4)
             # the first explorer was left alone (no shared ids or state)
             assert shown_weights(page, ids[0]) == before_first
             np.testing.assert_allclose(before_first, np.array(data[0]["kinds"][0]["weights"][0])[:, 0].mean(0),

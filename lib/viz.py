@@ -229,12 +229,15 @@ def attention_heatmap(weights, x_labels: Sequence[str] | None = None, y_labels: 
 
 
 def attention_grid(weights, x_labels: Sequence[str] | None = None, y_labels: Sequence[str] | None = None,
-                   title: str | None = None, cell_size: float = 1.7, cmap: str = "viridis"):
+                   title: str | None = None, columns: int | None = None, cell_size: float = 1.7,
+                   cmap: str = "viridis"):
     """Every head of every layer: ``weights`` ``(layers, heads, queries, keys)`` (or the list of
     per-layer ``(1, heads, q, k)`` tensors ``Transformer.attention_weights`` returns) drawn as a
-    grid of heatmaps, one row per layer and one column per head, all on the colour scale 0..1
-    (so heads compare). Key labels go under the bottom row, query labels left of the first
-    column. Returns the ``Figure``. Used in chapters/04_transformer_chatbot.ipynb.
+    grid of heatmaps titled "layer l, head h", all on the colour scale 0..1 (so heads compare).
+    Each layer takes a row of ``columns`` heads (default: all of them; fewer wraps a layer over
+    several rows, larger maps on a narrow page). Key labels go under the lowest map of each
+    column, query labels left of the first column. Returns the ``Figure``. Used in
+    chapters/04_transformer_chatbot.ipynb.
     """
     import matplotlib.pyplot as plt
 
@@ -242,19 +245,35 @@ def attention_grid(weights, x_labels: Sequence[str] | None = None, y_labels: Seq
     L, H, Q, K = a.shape
     if L == 0 or H == 0:
         raise ValueError(f"weights has no layer or no head: shape {tuple(a.shape)}")
-    fig, axes = plt.subplots(L, H, figsize=(cell_size * H + 1.2, cell_size * L * max(Q, 1) / max(K, 1) * 0.9 + 1.2),
-                             squeeze=False, sharex=True, sharey=True)
+    from lib.validate import check_int
+
+    columns = H if columns is None else min(check_int("columns", columns, minimum=1), H)
+    per_layer = -(-H // columns)
+    rows = L * per_layer
+    fig, axes = plt.subplots(rows, columns, squeeze=False,
+                             figsize=(cell_size * columns + 1.2, cell_size * rows * max(Q, 1) / max(K, 1) * 0.9 + 1.2))
+    used = np.zeros((rows, columns), dtype=bool)
     for l in range(L):
         for h in range(H):
-            ax = attention_heatmap(a[l, h], x_labels=x_labels, y_labels=y_labels, ax=axes[l, h], cmap=cmap,
+            r, c = l * per_layer + h // columns, h % columns
+            used[r, c] = True
+            ax = attention_heatmap(a[l, h], x_labels=x_labels, y_labels=y_labels, ax=axes[r, c], cmap=cmap,
                                    colorbar=False, vmin=0.0, vmax=1.0, title=f"layer {l + 1}, head {h + 1}")
             ax.title.set_fontsize(8)
             ax.tick_params(labelsize=7)
-            if l < L - 1:
+    for r in range(rows):
+        for c in range(columns):
+            ax = axes[r, c]
+            if not used[r, c]:
+                ax.set_visible(False)
+                continue
+            if used[r + 1:, c].any():              # another map below: no key labels here
                 ax.set_xlabel("")
-            if h > 0:
+                ax.tick_params(labelbottom=False)
+            if c > 0:
                 ax.set_ylabel("")
-    fig.colorbar(axes[0, 0].images[0], ax=axes, fraction=0.015, pad=0.01)
+                ax.tick_params(labelleft=False)
+    fig.colorbar(axes[0, 0].images[0], ax=[ax for ax in axes.flat if ax.get_visible()], fraction=0.015, pad=0.01)
     if title:
         fig.suptitle(title)
     return fig

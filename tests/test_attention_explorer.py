@@ -112,6 +112,15 @@ def test_attention_grid_draws_every_head_of_every_layer_on_one_scale():
             np.testing.assert_allclose(ax.images[0].get_array(), w[i // 3, i % 3].numpy(), atol=1e-6)
             assert ax.images[0].get_clim() == (0.0, 1.0)
         assert [t.get_text() for t in maps[-1].get_xticklabels()] == list("abcde")
+        # three heads in rows of two: layer 1 on rows 0-1, layer 2 on rows 2-3, one empty place each
+        fig2 = viz.attention_grid(w, x_labels=list("abcde"), columns=2)
+        shown = [ax for ax in fig2.axes if ax.images]
+        assert [ax.get_title() for ax in shown] == [f"layer {l}, head {h}" for l in (1, 2) for h in (1, 2, 3)]
+        assert sum(not ax.get_visible() for ax in fig2.axes) == 2
+        for i, ax in enumerate(shown):
+            np.testing.assert_allclose(ax.images[0].get_array(), w[i // 3, i % 3].numpy(), atol=1e-6)
+        with pytest.raises(ValueError, match="columns"):
+            viz.attention_grid(w, columns=0)
         with pytest.raises(ValueError, match=r"\(layers, heads, queries, keys\), got shape \(3, 4, 5\)"):
             viz.attention_grid(w[0])
         with pytest.raises(ValueError, match="y_labels has 3 labels"):

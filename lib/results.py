@@ -201,15 +201,20 @@ def record(chapter: str, metrics: Mapping[str, Any], recipe, notes: str = "") ->
 def load(chapter: str) -> dict[str, Any]:
     """The chapter's recorded entries, ``{"ci": {...}, "full": {...}}`` (either may be absent):
     the committed ``<repo>/results/<chapter>.json``, with the entries of
-    ``$COURSE_RESULTS_DIR/<chapter>.json`` laid over it when that variable names another folder.
+    ``$COURSE_RESULTS_DIR/<chapter>.json`` laid over it when that variable names another folder
+    (of ``$COURSE_CI_RESULTS_DIR/<chapter>.json`` only its CI entry: a full entry there was left
+    by an older version of the scripts and must not hide the committed one).
     Each entry also gets ``source``: the file it was read from. Nothing recorded: ``{}``."""
     committed = path(chapter, COMMITTED_DIR)
     data = _read(committed)
     for entry in data.values():
         entry.setdefault("source", _display_path(committed))
     scratch = path(chapter)
+    explicit = bool(os.environ.get(ENV_VAR, "").strip())
     if scratch.resolve() != committed.resolve():
         for mode, entry in _read(scratch).items():
+            if mode == "full" and not explicit:
+                continue   # the CI scratch folder takes CI runs only: a full entry there is stale
             entry.setdefault("source", _display_path(scratch))
             data[mode] = entry
     return data

@@ -208,6 +208,13 @@ def test_ci_scratch_folder_takes_only_ci_runs(dirs, monkeypatch):
     assert repr(ci_file) == "RecordedFile('$COURSE_CI_RESULTS_DIR/09_demo.json')"
     data = results.load("09_demo")
     assert data["ci"]["metrics"] == {"loss": 3.0} and data["full"]["metrics"] == {"loss": 1.0}
+    # a stale full entry in the CI scratch folder (written there by older scripts) never hides
+    # the committed one
+    stale = json.loads(ci_file.read_text())
+    stale["full"] = dict(stale["ci"], metrics={"loss": 99.0})
+    ci_file.write_text(json.dumps(stale))
+    assert results.load("09_demo")["full"]["metrics"] == {"loss": 1.0}
+    assert results.full("09_demo") == {"loss": 1.0}
     # an explicit COURSE_RESULTS_DIR still takes every run
     monkeypatch.setenv(results.ENV_VAR, str(committed / "elsewhere"))
     assert results.results_dir("full") == committed / "elsewhere"

@@ -13,10 +13,16 @@ A chapter ends with::
      "full": {...}}
 
 and replaces only the entry of the active recipe, so a CI run never erases the numbers of a
-full (GPU) run. The results dir is ``$COURSE_RESULTS_DIR`` if set, else ``<repo>/results``
-(committed). CI points ``COURSE_RESULTS_DIR`` at a scratch folder so that executing the
-chapters does not modify the committed files; ``load`` therefore reads the committed file and
-lays the scratch file's entries over it.
+full (GPU) run. Where ``record`` writes is decided when it writes, from the recipe's mode:
+
+* ``$COURSE_RESULTS_DIR``, if set, for every recipe (an explicit choice);
+* else ``$COURSE_CI_RESULTS_DIR``, if set, for the CI recipe only: ``tools/env.sh`` points it
+  at ``_build/results`` so that executing the chapters never modifies the committed files,
+  while a full run started from the same shell (``COURSE_MODE=full`` set before or after
+  sourcing it) still writes ``<repo>/results``;
+* else ``<repo>/results`` (committed).
+
+``load`` reads the committed file and lays the scratch file's entries over it.
 """
 from __future__ import annotations
 
@@ -31,10 +37,11 @@ from typing import Any, Mapping
 
 from lib.io import atomic_write
 
-__all__ = ["ENV_VAR", "REPO", "COMMITTED_DIR", "results_dir", "path", "record", "RecordedFile", "load", "full",
+__all__ = ["ENV_VAR", "CI_ENV_VAR", "REPO", "COMMITTED_DIR", "results_dir", "path", "record", "RecordedFile", "load", "full",
            "table", "show", "flatten"]
 
 ENV_VAR = "COURSE_RESULTS_DIR"
+CI_ENV_VAR = "COURSE_CI_RESULTS_DIR"
 REPO = Path(__file__).resolve().parent.parent
 COMMITTED_DIR = REPO / "results"
 MISSING = "—"
@@ -42,10 +49,18 @@ _MODES = ("ci", "full")
 _CHAPTER_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
-def results_dir() -> Path:
-    """Where ``record`` writes: ``$COURSE_RESULTS_DIR`` if set, else ``<repo>/results``."""
+def results_dir(mode: str = "ci") -> Path:
+    """Where ``record`` writes a ``mode`` ("ci" or "full") entry: ``$COURSE_RESULTS_DIR`` if
+    set; else, for the CI recipe, ``$COURSE_CI_RESULTS_DIR`` if set; else ``<repo>/results``."""
+    if mode not in _MODES:
+        raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
     env = os.environ.get(ENV_VAR, "").strip()
-    return Path(env).expanduser() if env else COMMITTED_DIR
+    if env:
+        return Path(env).expanduser()
+    ci = os.environ.get(CI_ENV_VAR, "").strip()
+    if ci and mode == "ci":
+        return Path(ci).expanduser()
+    return COMMITTED_DIR
 
 
 def _check_chapter(chapter: Any) -> str:
@@ -54,10 +69,10 @@ def _check_chapter(chapter: Any) -> str:
     return chapter
 
 
-def path(chapter: str, directory: str | os.PathLike | None = None) -> Path:
-    """The results file of ``chapter`` in ``directory`` (default: ``results_dir()``)."""
+def path(chapter: str, directory: str | os.PathLike | None = None, mode: str = "ci") -> Path:
+    """The results file of ``chapter`` in ``directory`` (default: ``results_dir(mode)``)."""
     _check_chapter(chapter)
-    return Path(directory if directory is not None else results_dir()) / f"{chapter}.json"
+    return Path(directory if directory is not None else results_dir(mode)) / f"{chapter}.json"
 
 
 # --------------------------------------------------------------------------------------------
@@ -174,7 +189,7 @@ def record(chapter: str, metrics: Mapping[str, Any], recipe, notes: str = "") ->
         "dirty": dirty,
         "notes": notes,
     }
-    file = path(chapter)
+    file = path(chapter, mode=mode)
     data = _read(file)
     data[mode] = entry
     text = json.dumps({m: data[m] for m in _MODES if m in data}, indent=2, ensure_ascii=False, allow_nan=False)
@@ -207,16 +222,20 @@ def full(chapter: str) -> dict[str, Any] | None:
 
 
 def _display_path(p: Path) -> str:
-    """``p`` relative to the repository; outside it, relative to ``$COURSE_RESULTS_DIR`` when
-    it lies there (the build machine's folders are nobody else's business)."""
+    """``p`` relative to the repository; outside it, relative to ``$COURSE_RESULTS_DIR`` or
+    ``$COURSE_CI_RESULTS_DIR`` when it lies there (the build machine's folders are nobody else's business)."""
     try:
         return str(p.resolve().relative_to(REPO))
     except ValueError:
         pass
-    try:
-        return str(Path(f"${ENV_VAR}") / p.resolve().relative_to(results_dir().resolve()))
-    except ValueError:
-        return str(p)
+    for var in (ENV_VAR, CI_ENV_VAR):
+        folder = os.environ.get(var, "").strip()
+        if folder:
+            try:
+                return str(Path(f"${var}") / p.resolve().relative_to(Path(folder).expanduser().resolve()))
+            except ValueError:
+                pass
+    return str(p)
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Plots for the course: training curves, attention heatmaps, positional encodings,
+"""Plots for the course: training curves, attention heatmaps (one head or every head of every
+layer), a kernel-free attention explorer in HTML, positional encodings,
 token highlighting in HTML, and the source of the ``lib`` code a chapter runs
 (:func:`show_code`).
 
@@ -26,7 +27,8 @@ import numpy as np
 from matplotlib import font_manager
 
 __all__ = ["korean_font", "korean_font_path", "setup_fonts", "plot_history", "attention_heatmap",
-           "plot_positional_encoding", "color_text_html", "show_html", "show_code", "SourceCode"]
+           "plot_positional_encoding", "color_text_html", "show_html", "show_code", "SourceCode",
+           "attention_grid", "attention_explorer", "attention_explorer_data", "ATTENTION_KINDS"]
 
 KOREAN_FONT_NAME = "NanumGothic"
 LATIN_FONT_NAME = "DejaVu Sans"  # ships with matplotlib, so it is always there
@@ -226,6 +228,57 @@ def attention_heatmap(weights, x_labels: Sequence[str] | None = None, y_labels: 
     return ax
 
 
+def attention_grid(weights, x_labels: Sequence[str] | None = None, y_labels: Sequence[str] | None = None,
+                   title: str | None = None, columns: int | None = None, cell_size: float = 1.7,
+                   cmap: str = "viridis"):
+    """Every head of every layer: ``weights`` ``(layers, heads, queries, keys)`` (or the list of
+    per-layer ``(1, heads, q, k)`` tensors ``Transformer.attention_weights`` returns) drawn as a
+    grid of heatmaps titled "layer l, head h", all on the colour scale 0..1 (so heads compare).
+    Each layer takes a row of ``columns`` heads (default: all of them; fewer wraps a layer over
+    several rows, larger maps on a narrow page). Key labels go under the lowest map of each
+    column, query labels left of the first column. Returns the ``Figure``. Used in
+    chapters/04_transformer_chatbot.ipynb.
+    """
+    import matplotlib.pyplot as plt
+
+    a = _layers_heads("weights", weights)
+    L, H, Q, K = a.shape
+    if L == 0 or H == 0:
+        raise ValueError(f"weights has no layer or no head: shape {tuple(a.shape)}")
+    from lib.validate import check_int
+
+    columns = H if columns is None else min(check_int("columns", columns, minimum=1), H)
+    per_layer = -(-H // columns)
+    rows = L * per_layer
+    fig, axes = plt.subplots(rows, columns, squeeze=False,
+                             figsize=(cell_size * columns + 1.2, cell_size * rows * max(Q, 1) / max(K, 1) * 0.9 + 1.2))
+    used = np.zeros((rows, columns), dtype=bool)
+    for l in range(L):
+        for h in range(H):
+            r, c = l * per_layer + h // columns, h % columns
+            used[r, c] = True
+            ax = attention_heatmap(a[l, h], x_labels=x_labels, y_labels=y_labels, ax=axes[r, c], cmap=cmap,
+                                   colorbar=False, vmin=0.0, vmax=1.0, title=f"layer {l + 1}, head {h + 1}")
+            ax.title.set_fontsize(8)
+            ax.tick_params(labelsize=7)
+    for r in range(rows):
+        for c in range(columns):
+            ax = axes[r, c]
+            if not used[r, c]:
+                ax.set_visible(False)
+                continue
+            if used[r + 1:, c].any():              # another map below: no key labels here
+                ax.set_xlabel("")
+                ax.tick_params(labelbottom=False)
+            if c > 0:
+                ax.set_ylabel("")
+                ax.tick_params(labelleft=False)
+    fig.colorbar(axes[0, 0].images[0], ax=[ax for ax in axes.flat if ax.get_visible()], fraction=0.015, pad=0.01)
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
 def plot_positional_encoding(pe, ax=None, title: str | None = "positional encoding", cmap: str = "RdBu"):
     """Show a ``(positions, d_model)`` positional-encoding matrix (a leading axis of size 1
     is dropped): position down, dimension across, values in a diverging colour map."""
@@ -372,3 +425,155 @@ def show_code(*objs) -> SourceCode:
         name = getattr(target, "__qualname__", None) or getattr(target, "__name__", repr(obj))
         parts.append((name, shown, max(first, 1), "".join(lines)))
     return SourceCode(parts)
+
+
+# ----------------------------------------------------------------------------- attention explorer
+
+_EXPLORER_JS = Path(__file__).with_name("attention_explorer.js")
+#: the attention kinds of an encoder-decoder: (label, which tokens are the queries, which the keys)
+ATTENTION_KINDS = {"encoder_self": ("encoder self-attention", "source", "source"),
+                   "decoder_self": ("decoder self-attention (masked)", "target", "target"),
+                   "cross": ("cross-attention (decoder → encoder)", "target", "source")}
+_explorer_count = 0
+
+
+def _layers_heads(name: str, w) -> np.ndarray:
+    """``(layers, heads, queries, keys)`` from a 4-D array/tensor or a list of per-layer
+    ``(heads, q, k)`` / ``(1, heads, q, k)`` tensors (what ``Transformer.attention_weights`` gives)."""
+    if isinstance(w, (list, tuple)):
+        if not w:
+            raise ValueError(f"{name} is an empty list; give one (heads, queries, keys) per layer")
+        layers = []
+        for i, layer in enumerate(w):
+            a = _to_numpy(f"{name}[{i}]", layer)
+            if a.ndim == 4 and a.shape[0] == 1:
+                a = a[0]
+            if a.ndim != 3:
+                raise ValueError(f"{name}[{i}] must be (heads, queries, keys) or (1, heads, queries, "
+                                 f"keys), got shape {tuple(a.shape)}")
+            layers.append(a)
+        if len({a.shape for a in layers}) > 1:
+            raise ValueError(f"the layers of {name} differ in shape: {[a.shape for a in layers]}")
+        return np.stack(layers)
+    a = _to_numpy(f"{name}", w)
+    if a.ndim != 4:
+        raise ValueError(f"{name} must be (layers, heads, queries, keys), got shape {tuple(a.shape)}")
+    return a
+
+
+def _json_for_script(obj) -> str:
+    """JSON that is safe inside ``<script>``: ``<``, ``>`` and ``&`` are written as ``\\u003c`` ...,
+    so no token (``</script>``, ``<!--``) can end the element early."""
+    import json
+
+    text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return (text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+            .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
+
+
+def attention_explorer_data(weights: Mapping, source_tokens: Sequence[str] | None = None,
+                            target_tokens: Sequence[str] | None = None, decimals: int = 4) -> dict:
+    """What :func:`attention_explorer` embeds as JSON, checked: ``{"kinds": [...]}``, one entry
+    per kind in the order of ``weights``, each with ``name``, ``label``, ``queries`` and ``keys``
+    (token strings), ``query_label``, ``key_label`` and ``weights`` as nested lists
+    ``[layer][head][query][key]`` rounded to ``decimals``.
+
+    ``weights``: ``{kind: (layers, heads, queries, keys)}`` with kind one of
+    ``"encoder_self"`` (source x source), ``"decoder_self"`` (target x target) and ``"cross"``
+    (target queries x source keys); a value may also be the list of per-layer tensors
+    ``Transformer.attention_weights`` returns (batch of one). Every row must be a
+    distribution (non-negative, summing to 1) or all zero (a query whose keys are all masked).
+    """
+    if not isinstance(weights, Mapping) or not weights:
+        raise TypeError(f"weights must be a non-empty dict {{kind: (layers, heads, queries, keys)}}, "
+                        f"got {type(weights).__name__ if not isinstance(weights, Mapping) else 'an empty dict'}")
+    tokens = {}
+    for side, toks in (("source", source_tokens), ("target", target_tokens)):
+        if toks is None:
+            continue
+        if isinstance(toks, str) or not isinstance(toks, Sequence):
+            raise TypeError(f"{side}_tokens must be a list of strings, got {type(toks).__name__}")
+        tokens[side] = [str(t) for t in toks]
+    decimals = int(decimals)
+    kinds = []
+    for name, w in weights.items():
+        if name not in ATTENTION_KINDS:
+            raise ValueError(f"unknown attention kind {name!r}; expected one of {sorted(ATTENTION_KINDS)}")
+        label, q_side, k_side = ATTENTION_KINDS[name]
+        for side in {q_side, k_side}:
+            if side not in tokens:
+                raise ValueError(f"weights[{name!r}] needs {side}_tokens")
+        a = _layers_heads(f"weights[{name!r}]", w)
+        L, H, Q, K = a.shape
+        if Q != len(tokens[q_side]) or K != len(tokens[k_side]):
+            raise ValueError(f"weights[{name!r}] has shape (layers={L}, heads={H}, queries={Q}, keys={K}) but there "
+                             f"are {len(tokens[q_side])} {q_side} tokens (queries) and {len(tokens[k_side])} "
+                             f"{k_side} tokens (keys)")
+        if Q == 0 or K == 0 or L == 0 or H == 0:
+            raise ValueError(f"weights[{name!r}] is empty: shape {tuple(a.shape)}")
+        if not np.all(np.isfinite(a)):
+            raise ValueError(f"weights[{name!r}] must be finite (no NaN or inf)")
+        if (a < 0).any():
+            raise ValueError(f"weights[{name!r}] must be non-negative (attention weights), got min {a.min():.4g}")
+        sums = a.sum(-1)
+        bad = ~(np.isclose(sums, 1.0, atol=1e-3) | np.isclose(sums, 0.0, atol=1e-6))
+        if bad.any():
+            l, h, q = np.argwhere(bad)[0]
+            raise ValueError(f"weights[{name!r}]: every row must sum to 1 (a softmax over the keys) or be all zero; "
+                             f"layer {l}, head {h}, query {q} sums to {sums[l, h, q]:.4g}")
+        kinds.append({"name": name, "label": label, "queries": tokens[q_side], "keys": tokens[k_side],
+                      "query_label": f"queries ({q_side})", "key_label": f"keys ({k_side})",
+                      "weights": np.round(a, decimals).tolist()})
+    return {"kinds": kinds}
+
+
+def attention_explorer(weights: Mapping, source_tokens: Sequence[str] | None = None,
+                       target_tokens: Sequence[str] | None = None, title: str | None = None, decimals: int = 4):
+    """An interactive attention map that needs no kernel: hover (or tab to) a query token and the
+    key tokens are shaded by the weight it gives them, with the numbers, for the layer, head
+    (or all heads averaged) and attention kind chosen in the selectors.
+
+    Arguments as :func:`attention_explorer_data`. Returns an ``IPython.display.HTML`` holding
+    self-contained HTML, CSS, the weights as inline JSON and vanilla JavaScript
+    (``lib/attention_explorer.js``; no library, no request), so it works in a notebook, in the
+    executed notebook's output and on the static book page. Each call gets its own element ids,
+    so several explorers can share a page; token text is inserted as text, never as HTML.
+    Explained in chapters/04_transformer_chatbot.ipynb (tested in the built page by tests/test_site.py).
+    """
+    global _explorer_count
+    import hashlib
+
+    from IPython.display import HTML
+
+    data = attention_explorer_data(weights, source_tokens, target_tokens, decimals)
+    payload = _json_for_script(data)
+    _explorer_count += 1
+    uid = f"attnx-{hashlib.sha1(payload.encode()).hexdigest()[:10]}-{_explorer_count}"
+    # the page's own fonts (on the book's site they include the Korean web font it serves)
+    css = (f"#{uid} {{font-family: inherit; border: 1px solid #ccc; border-radius: 6px; padding: 0.6em; "
+           f"margin: 0.5em 0; background: #fff; color: #222}}\n"
+           f"#{uid} select {{font: inherit; margin-right: 0.8em; color: #222; background: #f6f6f6}}\n"
+           f"#{uid} .attnx-row {{display: flex; flex-wrap: wrap; gap: 4px; align-items: flex-start; "
+           f"margin: 0.4em 0}}\n"
+           f"#{uid} .attnx-label {{width: 9em; font-size: 0.85em; color: #555}}\n"
+           f"#{uid} .attnx-token {{display: inline-flex; flex-direction: column; align-items: center; "
+           f"padding: 2px 5px; border: 1px solid #ddd; border-radius: 4px; cursor: default; "
+           f"white-space: pre}}\n"
+           f"#{uid} .attnx-query.attnx-active {{outline: 2px solid #e6550d}}\n"
+           f"#{uid} .attnx-w {{font-size: 0.75em; color: #333; font-variant-numeric: tabular-nums}}\n"
+           f"#{uid} .attnx-readout {{font-size: 0.85em; color: #444; margin-top: 0.3em}}")
+    heading = f'<div class="attnx-title"><b>{html.escape(title)}</b></div>' if title else ""
+    body = (f'<div class="attnx" id="{uid}"><style>{css}</style>{heading}'
+            '<div><label>attention <select class="attnx-kind"></select></label>'
+            '<label>layer <select class="attnx-layer"></select></label>'
+            '<label>head <select class="attnx-head"></select></label></div>'
+            '<div class="attnx-row"><span class="attnx-label attnx-qlabel"></span>'
+            '<span class="attnx-queries attnx-row"></span></div>'
+            '<div class="attnx-row"><span class="attnx-label attnx-klabel"></span>'
+            '<span class="attnx-keys attnx-row"></span></div>'
+            '<div class="attnx-readout"></div>'
+            '<div style="font-size: 0.8em; color: #666">Hover over (or tab to) a query token: the keys are '
+            'shaded by the weight it gives them, the numbers under them.</div></div>'
+            f'<script type="application/json" id="{uid}-data">{payload}</script>'
+            f'<script>{_EXPLORER_JS.read_text(encoding="utf-8")}({_json_for_script(uid)});</script>')
+    return HTML(body)

@@ -21,6 +21,7 @@ def dirs(tmp_path, monkeypatch):
     scratch = tmp_path / "scratch"
     monkeypatch.setattr(results, "COMMITTED_DIR", committed)
     monkeypatch.delenv(results.ENV_VAR, raising=False)
+    monkeypatch.delenv(results.CI_ENV_VAR, raising=False)
     monkeypatch.delenv("COURSE_MODE", raising=False)
     return committed, scratch
 
@@ -193,9 +194,31 @@ def test_corrupt_file_is_reported_not_overwritten(dirs):
         results.load("14_demo")
 
 
+def test_ci_scratch_folder_takes_only_ci_runs(dirs, monkeypatch):
+    # tools/env.sh sets COURSE_CI_RESULTS_DIR; a full run started from that shell (COURSE_MODE=full
+    # set after sourcing it) must still write the committed file: decided at record time.
+    committed, scratch = dirs
+    monkeypatch.setenv(results.CI_ENV_VAR, str(scratch))
+    assert results.results_dir("ci") == scratch and results.results_dir("full") == committed
+    ci_file = results.record("09_demo", {"loss": 3.0}, hp("ci"))
+    full_file = results.record("09_demo", {"loss": 1.0}, hp("full"))
+    assert ci_file == scratch / "09_demo.json" and full_file == committed / "09_demo.json"
+    assert set(json.loads(ci_file.read_text())) == {"ci"}
+    assert set(json.loads(full_file.read_text())) == {"full"}
+    assert repr(ci_file) == "RecordedFile('$COURSE_CI_RESULTS_DIR/09_demo.json')"
+    data = results.load("09_demo")
+    assert data["ci"]["metrics"] == {"loss": 3.0} and data["full"]["metrics"] == {"loss": 1.0}
+    # an explicit COURSE_RESULTS_DIR still takes every run
+    monkeypatch.setenv(results.ENV_VAR, str(committed / "elsewhere"))
+    assert results.results_dir("full") == committed / "elsewhere"
+    with pytest.raises(ValueError, match="mode must be one of"):
+        results.results_dir("gpu")
+
+
 def test_record_shows_its_file_without_the_machines_path(tmp_path, monkeypatch):
     # A chapter ends a cell with results.record(...): the published page shows the repr.
     monkeypatch.setattr(results, "COMMITTED_DIR", tmp_path / "committed")
+    monkeypatch.delenv(results.CI_ENV_VAR, raising=False)
     monkeypatch.setenv(results.ENV_VAR, str(results.REPO / "_build" / "results-test-repr"))
     file = results.record("08_demo", {"loss": 1.0}, hp("ci"))
     try:

@@ -205,6 +205,14 @@ def _differing(a, b) -> float:
     return float((a[:h, :w] != b[:h, :w]).mean())
 
 
+def _ink_in(element, family: str | None):
+    """The ink of one element's text drawn in the font stack ``family`` (None: as published)."""
+    element.evaluate("""async (el, f) => { el.style.fontFamily = f === null ? '' : f;
+        await document.fonts.ready;
+        await new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done))); }""", family)
+    return _ink(element.screenshot())
+
+
 def test_korean_text_is_drawn_with_glyphs_not_boxes(visit):
     # The first Korean word of a table in chapter 04 (the chatbot's prompts and answers), as
     # the page draws it once its fonts have loaded, against the same word in a font stack
@@ -232,10 +240,7 @@ def test_korean_text_is_drawn_with_glyphs_not_boxes(visit):
     sample = page.locator("#korean-sample")
 
     def shot(family: str | None):
-        sample.evaluate("""async (el, f) => { el.style.fontFamily = f === null ? '' : f;
-            await document.fonts.ready;
-            await new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done))); }""", family)
-        return _ink(sample.screenshot())
+        return _ink_in(sample, family)
 
     as_published = shot(None)
     family = sample.evaluate("el => el.dataset.family")
@@ -364,3 +369,76 @@ def test_no_page_shows_the_build_machines_paths():
         for leak in (str(ROOT), "PosixPath('/", "WindowsPath("):
             at = text.find(leak)
             assert at < 0, f"{rel} shows {text[max(0, at - 40):at + 100]!r}"
+
+
+# ============================================================================ attention explorer, search
+
+def _shown(page, root: str) -> list[float]:
+    return page.eval_on_selector_all(f"#{root} .attnx-key .attnx-w", "els => els.map(e => Number(e.textContent))")
+
+
+def test_attention_explorer_of_chapter_04_shows_the_exported_weights(visit):
+    # lib.viz.attention_explorer's output as the executed chapter stored it: hovering a token
+    # shows the weights the notebook exported (the JSON in the page), per kind, layer and head.
+    import json
+
+    import numpy as np
+
+    v = visit("chapters/04_transformer_chatbot.html")
+    page = v.page
+    roots = page.eval_on_selector_all(".bd-article .attnx", "els => els.map(e => [e.id, e.dataset.ready])")
+    assert roots, "chapter 04 has no attention explorer"
+    assert all(ready == "true" for _, ready in roots), f"an explorer's script did not run: {roots}"
+    root = roots[0][0]
+    data = json.loads(page.text_content(f"#{root}-data"))
+    kinds = [k["name"] for k in data["kinds"]]
+    assert set(kinds) == {"encoder_self", "decoder_self", "cross"}, kinds
+    seen = []
+    for kind in ("cross", "decoder_self", "encoder_self"):
+        k = data["kinds"][kinds.index(kind)]
+        w = np.array(k["weights"])                 # (layers, heads, queries, keys)
+        layer, q = w.shape[0] - 1, w.shape[2] - 1
+        page.select_option(f"#{root} .attnx-kind", str(kinds.index(kind)))
+        page.select_option(f"#{root} .attnx-layer", str(layer))
+        for head in (0, w.shape[1] - 1):
+            page.select_option(f"#{root} .attnx-head", str(head))
+            page.hover(f"#{root} .attnx-query >> nth={q}")
+            shown = _shown(page, root)
+            np.testing.assert_allclose(shown, w[layer, head, q], atol=6e-4,
+                                       err_msg=f"{kind}, layer {layer + 1}, head {head + 1}, query {q + 1}")
+            seen.append(shown)
+        page.select_option(f"#{root} .attnx-head", "mean")
+        np.testing.assert_allclose(_shown(page, root), w[layer, :, q].mean(0), atol=6e-4)
+        tokens = page.eval_on_selector_all(f"#{root} .attnx-query .attnx-text", "els => els.map(e => e.textContent)")
+        assert tokens == k["queries"]
+    assert len({tuple(s) for s in seen}) > 1, "the displayed weights did not change between heads and kinds"
+    # its Korean tokens are drawn in the site's Korean web font, not as boxes
+    hangul = page.locator(f"#{root} .attnx-text", has_text=re.compile(HANGUL)).first
+    tofu, published = _ink_in(hangul, '"DejaVu Sans", sans-serif'), _ink_in(hangul, None)
+    assert _differing(published, tofu) > 0.2, f"the explorer draws {hangul.text_content()!r} as empty boxes"
+    assert not v.problems, "\n".join(v.problems)
+
+
+# math delimiters and TeX commands (not any backslash: a code snippet may show a newline escape or a regex)
+RAW_LATEX = re.compile(r"\\[()\[\]]|\$\$|\\(?:frac|sqrt|text|mathrm|operatorname|top|sum|prod|cdot|times|left|right|"
+                       r"begin|end|alpha|beta|gamma|theta|lambda|mu|sigma|ell|log|exp|max|min|in|le|ge|quad|qquad)(?![A-Za-z])")
+
+
+def test_search_snippets_show_typeset_formulas_not_latex(browser, server):
+    # A word of pages full of formulas: the snippets under the results must not show LaTeX source.
+    v = Visit(browser, server, "search.html?q=softmax")
+    try:
+        page = v.page
+        page.wait_for_function("""() => {
+            const items = Array.from(document.querySelectorAll('#search-results li'));
+            return items.length > 0 && items.every(li => li.querySelector('p.context'))
+                && !document.querySelector('#search-results .search-math:not(:has(mjx-container))');
+        }""", timeout=60_000)
+        snippets = page.eval_on_selector_all("#search-results p.context", "els => els.map(e => e.innerText)")
+        raw = [s for s in snippets if RAW_LATEX.search(s)]
+        assert not raw, f"{len(raw)} of {len(snippets)} search snippets show LaTeX source, e.g. {raw[0][:200]!r}"
+        assert page.locator("#search-results p.context mjx-container").count() > 0, \
+            "no snippet shows a typeset formula (does no page mention softmax next to one?)"
+        assert not v.problems, "\n".join(v.problems)
+    finally:
+        v.close()

@@ -1,11 +1,6 @@
 """The Switch layer (lib/models/switch.py): equal to Hugging Face's SwitchTransformersSparseMLP
 with weights copied, the capacity and load-balancing properties, the float32 router, the
 Switch GPT, and expert parallelism over two Gloo processes equal to one process."""
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -15,9 +10,7 @@ from lib.models.reference import copy_weights
 from lib.models.switch import (ACTIVATIONS, SwitchFFN, SwitchGPT, SwitchGPTConfig, expert_capacity,
                                hf_sparse_mlp_table, load_balancing_loss, route_top1)
 
-WORKER = Path(__file__).with_name("switch_worker.py")
-sys.path.insert(0, str(WORKER.parent))
-import switch_worker  # noqa: E402
+from lib.models import switch_parallel_check
 
 
 # ----------------------------------------------------------------------------- Hugging Face
@@ -272,16 +265,10 @@ def test_bad_inputs_are_refused_with_clear_messages():
 
 @pytest.mark.skipif(not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
                     reason="this torch build has no Gloo backend")
-def test_expert_parallel_over_two_processes_equals_one_process(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE")}
-    env.update(OMP_NUM_THREADS="1", COURSE_DEVICE="cpu")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(WORKER),
-           "--out", str(tmp_path), "--capacity-factor", "1.0"]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, f"torchrun failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    parts = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(2)]
+def test_expert_parallel_over_two_processes_equals_one_process():
+    parts = switch_parallel_check.launch(processes=2, capacity_factor=1.0)
     assert [p["rank"] for p in parts] == [0, 1] and all(p["world"] == 2 for p in parts)
-    ref = switch_worker.reference(1.0)
+    ref = switch_parallel_check.reference(1.0)
     assert 0 < ref["dropped"] < 1                               # the capacity path is exercised
     # each process's outputs and input gradients are its rows of the one-process ones
     assert torch.allclose(torch.cat([p["y"] for p in parts]), ref["y"], atol=1e-6)
@@ -291,5 +278,10 @@ def test_expert_parallel_over_two_processes_equals_one_process(tmp_path):
             got = parts[0]["grads"][name] + parts[1]["grads"][name]
         else:                            # process r holds experts 2r, 2r + 1: its gradients are theirs
             got = torch.cat([p["grads"][name] for p in parts])
-            assert parts[0]["grads"][name].shape[0] == switch_worker.EXPERTS // 2
+            assert parts[0]["grads"][name].shape[0] == switch_parallel_check.EXPERTS // 2
         assert torch.allclose(got, g, atol=1e-5), f"{name}: {(got - g).abs().max()}"
+
+
+def test_expert_parallel_launch_rejects_a_process_count_that_does_not_split_the_experts():
+    with pytest.raises(ValueError, match="must divide the 4 experts"):
+        switch_parallel_check.launch(processes=3)

@@ -10,10 +10,9 @@ if [ -z "${COURSE_DATA_MIRROR:-}" ] && [ -d "$ROOT/../shared/data" ]; then
   export COURSE_DATA_MIRROR
 fi
 # The CI recipe writes its numbers to _build/results so that running the chapters never
-# changes the committed results/; the full recipe records into results/ itself.
-if [ "${COURSE_MODE:-}" != "full" ] && [ -z "${COURSE_RESULTS_DIR:-}" ]; then
-  export COURSE_RESULTS_DIR="$ROOT/_build/results"
-fi
+# changes the committed results/; the full recipe records into results/ itself (lib.results
+# decides when it records, from the recipe, so COURSE_MODE may be set before or after this).
+export COURSE_CI_RESULTS_DIR="${COURSE_CI_RESULTS_DIR:-$ROOT/_build/results}"
 export PYTHONUNBUFFERED=1
 export HF_HUB_OFFLINE=1
 export TOKENIZERS_PARALLELISM=false

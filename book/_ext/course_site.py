@@ -5,6 +5,8 @@
   the file name None, once under '' (sphinx-doc/sphinx#13402, fixed in Sphinx 8.2). Every
   page then declared sphinx-thebe's ``const THEBE_JS_URL`` twice, a SyntaxError in the
   reader's browser. The builder's add_js_file is given '' for None, as Sphinx 8.2 does.
+* The search page typesets the formulas in its result snippets (``_static/search_math.js``,
+  with the MathJax the site serves) instead of showing their LaTeX source.
 * ``{exercise-sets}``: the list of every graded exercise set, discovered from the master
   notebooks in exercises/ (the same discovery as tools/exercises.py), with what each
   covers, its chapter and the student notebook to download.
@@ -35,6 +37,15 @@ def _one_name_for_inline_scripts(app: Sphinx) -> None:
         return add(filename or "", **kwargs)
 
     builder.add_js_file = add_js_file
+
+
+def _search_page_math(app: Sphinx, pagename: str, templatename: str, context: dict, doctree) -> None:
+    """On the search page only: MathJax and the script that typesets the result snippets with it.
+    Both deferred, so they run after searchtools.js has defined ``Search`` and before it searches."""
+    if pagename != "search" or app.builder.format != "html" or not app.config.mathjax_path:
+        return
+    app.builder.add_js_file(app.config.mathjax_path, defer="defer")
+    app.builder.add_js_file("search_math.js", defer="defer")
 
 
 def _exercises_tool():
@@ -111,4 +122,5 @@ def setup(app: Sphinx) -> dict:
     # Before any extension's builder-inited handler adds its inline scripts.
     app.connect("builder-inited", _one_name_for_inline_scripts, priority=1)
     app.add_directive("exercise-sets", ExerciseSets)
+    app.connect("html-page-context", _search_page_math)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -24,7 +24,8 @@ The rules, all deterministic (no random generator, the same on every machine):
     split = nsmc.sentiment_split(train_per_class=2000, test_per_class=1000)
     split.train[0]    # {"review_id", "text", "label", "rating"}
 
-Explained in chapters/06_transfer_elmo.ipynb.
+Explained in chapters/06_transfer_elmo.ipynb; chapter 02 (Bahdanau attention) trains its
+Korean classifiers on it.
 """
 from __future__ import annotations
 

@@ -23,7 +23,8 @@ runs the dense cuDNN/oneDNN kernels: on a CPU the packed path is 10-20x slower.
 The model returns a logit, so train it with ``BCEWithLogitsLoss``; apply the sigmoid
 only to read a probability.
 
-Explained in chapters/02_bahdanau_imdb.ipynb.
+Explained in chapters/02_bahdanau_imdb.ipynb, which trains it on IMDB (English words) and on
+NSMC (Korean WordPiece pieces).
 """
 from __future__ import annotations
 

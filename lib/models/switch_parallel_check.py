@@ -1,13 +1,20 @@
-"""Expert parallelism on CPU processes: run by tests/test_switch.py (and chapter 12) under
-``torchrun --nproc_per_node=W`` (Gloo).
+"""Expert parallelism checked on CPU processes: :func:`launch` runs this module under
+``torchrun --nproc_per_node=W`` (Gloo) and returns what each process computed; :func:`reference`
+computes the same with one process holding every expert. Used by tests/test_switch.py and
+chapter 12.
 
 Every process builds the same full Switch layer (same seed), keeps the router and its own
 ``E / W`` experts (:meth:`ExpertParallelSwitchFFN.from_full`), takes its ``B / W`` sequences
 of the same global batch, runs forward and backward, and writes ``rank<r>.pt`` with its
 outputs, its input gradient, its parameter gradients and the routing statistics.
-:func:`reference` computes the same with one process holding every expert.
+
+Explained in chapters/12_switch.ipynb.
 """
 import argparse
+import os
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import torch
@@ -41,6 +48,24 @@ def reference(capacity_factor: float) -> dict:
     loss_fn(y, w, layer, 1).backward()
     return {"y": y.detach(), "x_grad": x.grad, "grads": {k: p.grad for k, p in layer.named_parameters()},
             "dropped": layer.stats.dropped_fraction}
+
+
+def launch(processes: int = 2, capacity_factor: float = 1.0, timeout: float = 300) -> list[dict]:
+    """Run the check in ``processes`` Gloo processes (``torchrun --standalone``) and return each
+    rank's saved dict, in rank order. Raises ``RuntimeError`` with torchrun's output if it fails."""
+    if processes < 1 or EXPERTS % processes or BATCH % processes:
+        raise ValueError(f"processes must divide the {EXPERTS} experts and the batch of {BATCH}, got {processes}")
+    repo = str(Path(__file__).resolve().parents[2])
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE")}
+    env |= {"OMP_NUM_THREADS": "1", "COURSE_DEVICE": "cpu",
+            "PYTHONPATH": os.pathsep.join(p for p in (repo, env.get("PYTHONPATH", "")) if p)}
+    with tempfile.TemporaryDirectory() as out:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}",
+               "-m", __name__, "--out", out, "--capacity-factor", str(capacity_factor)]
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+        if proc.returncode != 0:
+            raise RuntimeError(f"torchrun failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+        return [torch.load(Path(out) / f"rank{r}.pt", weights_only=True) for r in range(processes)]
 
 
 def main():

@@ -408,3 +408,26 @@ def test_collate_pairs_validates():
         collate([])
     with pytest.raises(TypeError, match=r"batch\[0\]\[1\] \(tgt\)"):
         collate([([1], "ab")])
+
+
+_TRAIN_IN_A_FRESH_PROCESS = """
+import hashlib, json, random, sys
+from lib import text
+rng = random.Random(0)
+syllables = ["가", "나", "다", "라", "마", "영", "화", "재", "미", "없", "ab", "cd", "ing", "the", "re"]
+texts = [" ".join("".join(rng.choice(syllables) for _ in range(rng.randint(1, 4)))
+                  for _ in range(rng.randint(3, 12))) for _ in range(3000)]
+tok = text.train_tokenizer(texts, kind=sys.argv[1], vocab_size=300)
+print(hashlib.sha1(json.dumps(sorted(tok.hf.get_vocab().items())).encode()).hexdigest())
+"""
+
+
+def test_bpe_gives_the_same_vocabulary_and_ids_in_every_process():
+    # Chapters that must repeat their numbers train BPE (see train_tokenizer's docstring: the
+    # WordPiece trainer does not repeat). Two fresh processes, because the trainer's hash maps
+    # are seeded per process.
+    import subprocess
+    import sys
+    runs = {subprocess.run([sys.executable, "-c", _TRAIN_IN_A_FRESH_PROCESS, "bpe"], capture_output=True,
+                           text=True, check=True).stdout.strip() for _ in range(2)}
+    assert len(runs) == 1, "BPE training gave different vocabularies in two processes"

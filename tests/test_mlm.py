@@ -4,7 +4,7 @@ import random
 import pytest
 import torch
 
-from lib.data.mlm import (IGNORE_INDEX, choose_positions, mask_tokens, nsp_examples, pack_pair,
+from lib.data.mlm import (IGNORE_INDEX, choose_positions, collate_masked_pairs, mask_tokens, nsp_examples, pack_pair,
                           truncate_pair)
 
 CLS, SEP, MASK, PAD, V = 2, 3, 4, 0, 500
@@ -167,3 +167,20 @@ def test_movie_documents_leave_out_test_reviews_and_keep_time_order():
     assert len(movie_documents(rows, max_reviews=10)) == 1
     with pytest.raises(ValueError, match="load_nsmc_raw"):
         movie_documents([{"review": "x"}])
+
+
+def test_collate_masked_pairs_pads_types_with_zero_and_never_masks_padding():
+    tokens = [[4, 10, 11, 5, 12, 5], [4, 13, 5, 14, 5]]
+    types = [[0, 0, 0, 0, 1, 1], [0, 0, 0, 1, 1]]
+    out = collate_masked_pairs(tokens, types, [0, 1], mask_id=6, vocab_size=30, pad_id=0, special_ids=(4, 5),
+                               generator=torch.Generator().manual_seed(0), mask_prob=1.0)
+    assert out["attention_mask"].tolist() == [[True] * 6, [True] * 5 + [False]]
+    assert out["token_type_ids"].tolist() == [[0, 0, 0, 0, 1, 1], [0, 0, 0, 1, 1, 0]]
+    assert out["input_ids"][1, 5] == 0 and out["mlm_labels"][1, 5] == IGNORE_INDEX     # padding stays padding
+    chosen = out["mlm_labels"] != IGNORE_INDEX
+    assert chosen.tolist() == [[False, True, True, False, True, False], [False, True, False, True, False, False]]
+    assert out["nsp_labels"].tolist() == [0, 1]
+    with pytest.raises(ValueError, match="has 3 ids but 2 segment/role ids"):
+        collate_masked_pairs([[4, 10, 5]], [[0, 0]], [0], mask_id=6, vocab_size=30, pad_id=0, special_ids=(4, 5))
+    with pytest.raises(ValueError, match="one of each"):
+        collate_masked_pairs([[4, 10, 5]], [[0, 0, 0]], [0, 1], mask_id=6, vocab_size=30, pad_id=0, special_ids=(4, 5))

@@ -32,7 +32,7 @@ from typing import Mapping, Sequence
 import torch
 
 from lib.data.knowledge_masking import space_cjk
-from lib.data.mlm import mask_tokens
+from lib.data.mlm import collate_masked_pairs
 from lib.validate import check_int, check_probability
 
 __all__ = ["ROLE_Q", "ROLE_R", "ROLES", "REAL", "FAKE", "Dialogue", "EncodedDialogue", "is_held_out", "split_pairs",
@@ -152,17 +152,7 @@ def collate_dialogues(batch: Sequence[EncodedDialogue], *, mask_id: int, vocab_s
     batch = list(batch)
     if not batch:
         raise ValueError("batch is empty")
-    T = max(len(d.ids) for d in batch)
-    ids = torch.full((len(batch), T), pad_id, dtype=torch.long)
-    roles = torch.zeros((len(batch), T), dtype=torch.long)
-    for b, d in enumerate(batch):
-        if len(d.roles) != len(d.ids):
-            raise ValueError(f"batch[{b}] has {len(d.ids)} ids but {len(d.roles)} role ids")
-        ids[b, :len(d.ids)] = torch.tensor(d.ids)
-        roles[b, :len(d.roles)] = torch.tensor(d.roles)
-    attention_mask = torch.arange(T)[None, :] < torch.tensor([len(d.ids) for d in batch])[:, None]
-    inputs, labels = mask_tokens(ids, mask_id, vocab_size, special_ids=special_ids, pad_id=pad_id,
-                                 attention_mask=attention_mask, mask_prob=mask_prob,
-                                 random_ids=torch.arange(num_special, vocab_size), generator=generator)
-    return {"input_ids": inputs, "token_type_ids": roles, "attention_mask": attention_mask,
-            "mlm_labels": labels, "nsp_labels": torch.tensor([d.label for d in batch])}
+    return collate_masked_pairs([d.ids for d in batch], [d.roles for d in batch], [d.label for d in batch],
+                                mask_id=mask_id, vocab_size=vocab_size, pad_id=pad_id, special_ids=special_ids,
+                                generator=generator, what="batch item", mask_prob=mask_prob,
+                                random_ids=torch.arange(num_special, vocab_size))

@@ -33,7 +33,7 @@ import torch
 
 from lib.validate import check_int, check_probability, check_tensor
 
-__all__ = ["IGNORE_INDEX", "candidate_mask", "choose_positions", "corrupt_80_10_10", "mask_tokens",
+__all__ = ["IGNORE_INDEX", "collate_masked_pairs", "candidate_mask", "choose_positions", "corrupt_80_10_10", "mask_tokens",
            "truncate_pair", "pack_pair", "PairExample", "nsp_examples", "collate_pretraining", "IS_NEXT", "NOT_NEXT"]
 
 IGNORE_INDEX = -100       # the label of positions the MLM loss ignores (cross_entropy's default)
@@ -212,6 +212,33 @@ def nsp_examples(documents: Sequence[Sequence[Sequence[int]]], max_seq_length: i
     return out
 
 
+def collate_masked_pairs(token_ids: Sequence[Sequence[int]], type_ids: Sequence[Sequence[int]],
+                         nsp_labels: Sequence[int], *, mask_id: int, vocab_size: int, pad_id: int,
+                         special_ids: Iterable[int], generator: torch.Generator | None = None,
+                         what: str = "example", **mask_kwargs) -> dict[str, torch.Tensor]:
+    """Pad packed sequences and their segment (or role) ids, and mask them with
+    :func:`mask_tokens`: ``input_ids``, ``token_type_ids`` (0 on padding), ``attention_mask``
+    (bool), ``mlm_labels`` (-100 where not chosen) and ``nsp_labels``. Shared by BERT's
+    pretraining batches and ERNIE's dialogue batches."""
+    if not token_ids:
+        raise ValueError(f"a batch needs at least one {what}")
+    if not len(token_ids) == len(type_ids) == len(nsp_labels):
+        raise ValueError(f"{len(token_ids)} token lists, {len(type_ids)} type-id lists and "
+                         f"{len(nsp_labels)} labels: one of each per {what}")
+    for b, (tokens, types) in enumerate(zip(token_ids, type_ids)):
+        if len(tokens) != len(types):
+            raise ValueError(f"{what} {b} has {len(tokens)} ids but {len(types)} segment/role ids")
+    from lib.text import pad_batch
+
+    ids, lengths = pad_batch(token_ids, pad_id=pad_id)
+    types, _ = pad_batch(type_ids, pad_id=0)
+    keep = torch.arange(ids.shape[1])[None, :] < lengths[:, None]
+    inputs, labels = mask_tokens(ids, mask_id, vocab_size, special_ids=special_ids, pad_id=pad_id,
+                                 attention_mask=keep, generator=generator, **mask_kwargs)
+    return {"input_ids": inputs, "token_type_ids": types, "attention_mask": keep, "mlm_labels": labels,
+            "nsp_labels": torch.tensor(list(nsp_labels))}
+
+
 def collate_pretraining(examples: Sequence[PairExample], mask_id: int, vocab_size: int, pad_id: int,
                         special_ids: Iterable[int], generator: torch.Generator | None = None,
                         **mask_kwargs) -> dict[str, torch.Tensor]:
@@ -224,14 +251,6 @@ def collate_pretraining(examples: Sequence[PairExample], mask_id: int, vocab_siz
     with different masks."""
     if not examples:
         raise ValueError("collate_pretraining needs at least one example")
-    T = max(len(e.tokens) for e in examples)
-    ids = torch.full((len(examples), T), pad_id, dtype=torch.long)
-    types = torch.zeros((len(examples), T), dtype=torch.long)
-    for i, e in enumerate(examples):
-        ids[i, :len(e.tokens)] = torch.tensor(e.tokens)
-        types[i, :len(e.segment_ids)] = torch.tensor(e.segment_ids)
-    keep = torch.arange(T)[None, :] < torch.tensor([len(e.tokens) for e in examples])[:, None]
-    inputs, labels = mask_tokens(ids, mask_id, vocab_size, special_ids=special_ids, pad_id=pad_id,
-                                 attention_mask=keep, generator=generator, **mask_kwargs)
-    return {"input_ids": inputs, "token_type_ids": types, "attention_mask": keep, "mlm_labels": labels,
-            "nsp_labels": torch.tensor([e.nsp_label for e in examples])}
+    return collate_masked_pairs([e.tokens for e in examples], [e.segment_ids for e in examples],
+                                [e.nsp_label for e in examples], mask_id=mask_id, vocab_size=vocab_size,
+                                pad_id=pad_id, special_ids=special_ids, generator=generator, **mask_kwargs)

@@ -52,7 +52,7 @@ import torch.nn as nn
 
 from lib.layers import layer_norm, num_parameters
 from lib.models.reference import Source, copy_weights
-from lib.models.transformer import Decoder, Encoder, KVCache
+from lib.models.transformer import Decoder, Encoder, KVCache, TeacherForcing
 from lib.validate import check_int, check_tensor
 
 __all__ = ["BartConfig", "Bart", "BartClassifier", "hf_bart_table", "copy_from_hf_bart"]
@@ -94,7 +94,7 @@ class BartConfig:
         return asdict(self)
 
 
-class Bart(nn.Module):
+class Bart(TeacherForcing, nn.Module):
     """Shared token embedding, learned positions, embedding LayerNorm, post-LN GELU encoder and
     decoder (the course's layers), output layer tied to the token embedding."""
 
@@ -162,13 +162,6 @@ class Bart(nn.Module):
                tgt_key_padding_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, KVCache]:
         h, cache = self.decoder_states(tgt, memory, memory_key_padding_mask, cache, tgt_key_padding_mask)
         return self.lm_head(h), cache
-
-    def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
-        """Teacher forcing: ``src (B, S)``, ``tgt (B, T)`` ids -> logits ``(B, T, vocab)``."""
-        src_pad = src != self.cfg.pad_id
-        memory = self.encode(src, src_pad)
-        logits, _ = self.decode(tgt, memory, src_pad, tgt_key_padding_mask=tgt != self.cfg.pad_id)
-        return logits
 
     def num_parameters(self, exclude_embeddings: bool = False) -> int:
         """Every parameter once (the tied output layer is the token embedding); ``True`` leaves out

@@ -65,7 +65,7 @@ from lib.attention import MultiHeadAttention, combine_masks, look_ahead_mask
 from lib.layers import PositionalEncoding, PositionwiseFeedForward, ResidualBlock, layer_norm, num_parameters
 from lib.models.reference import copy_from_torch_mha, copy_from_torch_transformer  # noqa: F401 (chapter 3)
 
-__all__ = ["TransformerConfig", "EncoderLayer", "DecoderLayer", "Encoder", "Decoder", "KVCache",
+__all__ = ["TransformerConfig", "TeacherForcing", "EncoderLayer", "DecoderLayer", "Encoder", "Decoder", "KVCache",
            "TransformerCore", "Transformer", "copy_from_torch_mha", "copy_from_torch_transformer",
            "causal_mask_with_offset"]
 
@@ -315,7 +315,19 @@ class TransformerCore(nn.Module):
 
 # ----------------------------------------------------------------------------- the model
 
-class Transformer(nn.Module):
+class TeacherForcing:
+    """``forward`` of an encoder-decoder that has ``encode``, ``decode`` and ``cfg.pad_id`` (the
+    course's Transformer, BART): the whole target in one pass, padding masked on both sides."""
+
+    def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+        """Teacher forcing: ``src (B, S)``, ``tgt (B, T)`` ids -> logits ``(B, T, target vocabulary)``."""
+        src_pad = src != self.cfg.pad_id
+        memory = self.encode(src, src_pad)
+        logits, _ = self.decode(tgt, memory, src_pad, tgt_key_padding_mask=tgt != self.cfg.pad_id)
+        return logits
+
+
+class Transformer(TeacherForcing, nn.Module):
     """Embeddings (scaled by sqrt(d_model)) + sinusoidal positions, the core, a linear generator."""
 
     def __init__(self, cfg: TransformerConfig):
@@ -380,12 +392,6 @@ class Transformer(nn.Module):
                          tgt_key_padding_mask=tgt_key_padding_mask, cache=cache)
         return self.generator(h), cache
 
-    def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
-        """Teacher forcing: ``src (B, S)``, ``tgt (B, T)`` ids -> logits ``(B, T, tgt_vocab)``."""
-        src_pad = src != self.cfg.pad_id
-        memory = self.encode(src, src_pad)
-        logits, _ = self.decode(tgt, memory, src_pad, tgt_key_padding_mask=tgt != self.cfg.pad_id)
-        return logits
 
     def num_parameters(self, exclude_embeddings: bool = False) -> int:
         """All parameters, each tied matrix counted once; ``exclude_embeddings=True`` leaves out the

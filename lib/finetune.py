@@ -31,7 +31,8 @@ from lib.validate import check_float, check_int
 
 __all__ = ["clean_review", "balanced_sample", "split_validation", "head_tail", "encode_reviews", "pad",
            "classifier", "fine_tune", "predict", "accuracy", "frozen_features", "tfidf_features",
-           "logistic_regression", "steps_for"]
+           "logistic_regression", "steps_for", "imdb_curve_recipe", "curve_trials", "CurveData", "run_trial",
+           "select_by_validation", "baseline_rows", "curve_metrics", "run_curve"]
 
 
 def clean_review(text: str) -> str:
@@ -251,6 +252,21 @@ def logistic_regression(train_x, train_y, val_x, val_y, test_x, test_y,
 
 # ----------------------------------------------------------------------------- the few-label learning curve
 
+def imdb_curve_recipe(mode: str | None = None):
+    """The two recipes of chapter 8's learning curve on IMDB (``tools/transfer_curve.py`` runs the
+    full one, sized for a GPU: 8 sizes x 3 draws x 3 learning rates per arm, 10,000 test reviews)."""
+    from lib import config
+    return config.recipe(
+        ci=dict(sizes=[64], seeds=[0], lrs={"pretrained": [1e-4], "random": [3e-4]}, val_size=200,
+                test_size=300, max_len=128, head=32, batch_size=16, epochs=4, min_steps=16, head_lr=1e-3,
+                all_labels=None),
+        full=dict(sizes=[16, 32, 64, 128, 256, 512, 1024, 2048], seeds=[0, 1, 2],
+                  lrs={"pretrained": [3e-5, 1e-4, 3e-4], "random": [1e-4, 3e-4, 1e-3]}, val_size=500,
+                  test_size=10_000, max_len=256, head=64, batch_size=16, epochs=4, min_steps=50, head_lr=1e-3,
+                  all_labels=dict(max_len=512, head=128, epochs=2, batch_size=32, lrs=[2e-5, 5e-5], seed=0)),
+        mode_=mode)
+
+
 def curve_trials(sizes: Sequence[int], seeds: Sequence[int], lrs: dict[str, Sequence[float]]) -> list[dict]:
     """Every fine-tuning run of a learning curve: one per ``(init, labels, seed, lr)``, ``init`` in
     ``lrs`` (``"pretrained"``, ``"random"``), the largest first (so that shards of the list, taken
@@ -361,3 +377,26 @@ def baseline_rows(data: CurveData, pretrained, sizes: Sequence[int], seeds: Sequ
                              "labels": n, "seed": s, "metric": "accuracy", "value": res["test_accuracy"]})
                 chosen.setdefault(init, {})[f"{n}/{s}"] = res["C"]
     return rows, chosen
+
+
+def curve_metrics(hp, trials: Sequence[dict], baselines: tuple[list[dict], dict], task: str, model: str) -> dict:
+    """What a learning curve records: the ``transfer`` rows (each fine-tuned arm at the learning rate
+    chosen on the validation split, and the baselines), the choices, and the sizes of the splits."""
+    rows, lr_choice = select_by_validation(trials, task, model)
+    base_rows, c_choice = baselines
+    return {"transfer": rows + base_rows, "lr_choice": lr_choice, "C_choice": c_choice,
+            "test_reviews": hp.test_size, "val_reviews": hp.val_size,
+            "train_seconds": round(sum(t["seconds"] for t in trials), 1)}
+
+
+def run_curve(hp, encoder, tokenizer, train_rows, test_rows, device, task: str = "imdb",
+              model: str = "minilm") -> dict:
+    """A whole learning curve in this process (``hp`` from :func:`imdb_curve_recipe`): every
+    fine-tuning run, the baselines, and :func:`curve_metrics` of them."""
+    data = CurveData(train_rows, test_rows, val_size=hp.val_size, test_size=hp.test_size, max_len=hp.max_len,
+                     head=hp.head, tokenizer=tokenizer, sizes=hp.sizes, seeds=hp.seeds)
+    trials = [run_trial(t, data, encoder, batch_size=hp.batch_size, epochs=hp.epochs, min_steps=hp.min_steps,
+                        head_lr=hp.head_lr, device=device, validate=len(hp.lrs[t["init"]]) > 1)
+              for t in curve_trials(hp.sizes, hp.seeds, hp.lrs)]
+    base = baseline_rows(data, encoder, hp.sizes, hp.seeds, task=task, model=model, device=device)
+    return curve_metrics(hp, trials, base, task, model)

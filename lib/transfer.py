@@ -137,10 +137,14 @@ def _points(x: float) -> str:
 
 
 def verdict(rows, a: str, b: str, labels: int, names: Mapping[str, str] | None = None, chance: float | None = 0.5,
-            task: str | None = None, metric: str | None = None) -> str:
+            task: str | None = None, metric: str | None = None, test_items: int | None = None) -> str:
     """One sentence from the numbers: both arms' means at ``labels``, the paired difference in points
     with its standard error, whether it is clearly outside the noise (more than two standard errors),
-    and "near chance" for an arm within two standard errors (or 2 points) of ``chance``."""
+    and "near chance" for an arm within two standard errors (or 2 points) of ``chance``.
+
+    With a single draw there is no spread over draws to measure; given ``test_items`` (the size of
+    the test set an accuracy was measured on) the sentence then judges the difference by the
+    standard error of the test sample alone, ``sqrt(pa(1-pa)/N + pb(1-pb)/N)``, and says so."""
     names = dict(names or {})
     d = paired_difference(rows, a, b, labels, task, metric)
     na, nb = names.get(a, a), names.get(b, b)
@@ -152,9 +156,18 @@ def verdict(rows, a: str, b: str, labels: int, names: Mapping[str, str] | None =
         return f"{name} {mean:.3f}" + (f" ± {se:.3f}" if se == se else "") + (" (near chance)" if near else "")
 
     head = f"At {labels:,} labels: {arm(na, a)} against {arm(nb, b)}"
-    if d["n"] < 2:
+    if d["n"] < 2 and not test_items:
         return (f"{head}; difference {_points(d['mean'])} points from a single draw, "
                 "so no standard error: too few seeds to judge.")
+    if d["n"] < 2:
+        pa, pb = d["a"], d["b"]
+        se = math.sqrt(pa * (1 - pa) / test_items + pb * (1 - pb) / test_items)
+        diff = (f"difference {_points(d['mean'])} ± {100 * se:.1f} points (one draw: the standard error "
+                f"of {test_items:,} test items only, not of the draw)")
+        if abs(d["mean"]) > 2 * se:
+            side = "ahead" if d["mean"] > 0 else "behind"
+            return f"{head}; {diff}: {na} is clearly {side}, {abs(d['mean']) / se:.0f} standard errors."
+        return f"{head}; {diff}: not distinguishable from the test-sample noise."
     diff = f"difference {_points(d['mean'])} ± {100 * d['se']:.1f} points (paired over {d['n']} draws)"
     if d["se"] == 0 or abs(d["mean"]) > 2 * d["se"]:
         side = "ahead" if d["mean"] > 0 else "behind"

@@ -57,6 +57,10 @@ def test_verdict_says_clear_gap_noise_and_chance():
     assert "not distinguishable" in transfer.verdict(noisy, "pretrained", "random", 64)
     one = rows_of("pretrained", 64, [0.7]) + rows_of("random", 64, [0.6])
     assert "single draw" in transfer.verdict(one, "pretrained", "random", 64)
+    # one draw, 400 test items: se = sqrt(.7*.3/400 + .6*.4/400) = 0.0335, the 10-point gap is 3 of them
+    text = transfer.verdict(one, "pretrained", "random", 64, test_items=400)
+    assert "± 3.4 points (one draw" in text and "clearly ahead, 3 standard errors" in text
+    assert "not distinguishable" in transfer.verdict(one, "pretrained", "random", 64, test_items=40)
 
 
 def test_labels_to_match_interpolates_in_log_labels():

@@ -41,16 +41,7 @@ TASK, MODEL = "imdb", "minilm"
 
 
 def recipe(mode: str | None = None):
-    """The curve's two recipes (chapter 8 shows this cell)."""
-    return config.recipe(
-        ci=dict(sizes=[64], seeds=[0, 1], lrs={"pretrained": [1e-4], "random": [3e-4]}, val_size=200,
-                test_size=400, max_len=128, head=32, batch_size=16, epochs=4, min_steps=16, head_lr=1e-3,
-                all_labels=None),
-        full=dict(sizes=[16, 32, 64, 128, 256, 512, 1024, 2048], seeds=[0, 1, 2],
-                  lrs={"pretrained": [3e-5, 1e-4, 3e-4], "random": [1e-4, 3e-4, 1e-3]}, val_size=500,
-                  test_size=10_000, max_len=256, head=64, batch_size=16, epochs=4, min_steps=50, head_lr=1e-3,
-                  all_labels=dict(max_len=512, head=128, epochs=2, batch_size=32, lrs=[2e-5, 5e-5], seed=0)),
-        mode_=mode)
+    return finetune.imdb_curve_recipe(mode)
 
 
 # ----------------------------------------------------------------------------- data and weights
@@ -170,12 +161,8 @@ def run_all_labels(hp, dev, bundle=None, log=print) -> dict:
 
 
 def merge(hp, trials: list[dict], baselines: tuple[list[dict], dict], all_labels: dict | None) -> dict:
-    rows, lr_choice = finetune.select_by_validation(trials, TASK, MODEL)
-    base_rows, c_choice = baselines
-    return {"transfer": rows + base_rows, "lr_choice": lr_choice, "C_choice": c_choice,
-            "test_reviews": hp.test_size, "val_reviews": hp.val_size,
-            "train_seconds": round(sum(t["seconds"] for t in trials), 1),
-            **({"all_labels": all_labels} if all_labels else {})}
+    metrics = finetune.curve_metrics(hp, trials, baselines, TASK, MODEL)
+    return {**metrics, **({"all_labels": all_labels} if all_labels else {})}
 
 
 # ----------------------------------------------------------------------------- command line

@@ -143,6 +143,16 @@ def test_course_precision_overrides_the_policy(machine, monkeypatch):
         D.precision("cpu")
 
 
+def test_setup_rejects_a_bad_course_precision_at_once(machine, monkeypatch):
+    machine()
+    monkeypatch.setenv("COURSE_PRECISION", "fp64")
+    try:
+        with pytest.raises(ValueError, match="COURSE_PRECISION='fp64'"):
+            D.setup(seed=0, cpu_threads=1)
+    finally:
+        D._current = None
+
+
 CPUINFO = "processor\t: 0\nvendor_id\t: AuthenticAMD\nflags\t\t: fpu avx2 {extra}\nbugs\t\t: none\n"
 
 

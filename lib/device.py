@@ -4,9 +4,17 @@ Every chapter starts with::
 
     from lib import device
     dev = device.setup(seed=0)      # picks cuda > mps > cpu, seeds everything
-    print(device.summary())         # one line: device, dtype, recipe, threads
+    print(device.summary())         # one line: device, precision and why, recipe, threads
 
 The same notebook then runs unchanged on a laptop CPU and on a GPU.
+
+Precision
+---------
+Training steps run their forward pass under ``autocast(dev)``: bfloat16 autocast on GPUs with
+bfloat16 and on CPUs that multiply bfloat16 natively (``amx_bf16`` / ``avx512_bf16``), float16
+with a grad scaler on older GPUs, float32 elsewhere. ``COURSE_PRECISION=fp32|bf16|auto``
+overrides it; ``summary()`` says which precision runs and why. ``lib.train.fit`` uses it; a
+chapter's own loop writes ``with device.autocast(dev): loss = ...``. See :func:`precision`.
 
 Several processes (``torchrun``)
 --------------------------------
@@ -21,6 +29,7 @@ trains on its share of every batch; gradients are averaged). ``rank()``,
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import platform
 import random
@@ -32,7 +41,8 @@ import torch
 from lib.validate import check_int
 
 __all__ = ["pick_device", "autocast_dtype", "needs_grad_scaler", "autocast", "seed_everything",
-           "setup", "summary", "Precision", "precision", "rank", "world_size", "is_main_process",
+           "setup", "summary", "Precision", "precision", "requested_precision", "cpu_bf16_flag",
+           "native_bf16_flag", "rank", "world_size", "is_main_process",
            "torchrun_env", "default_cpu_threads"]
 
 
@@ -63,28 +73,112 @@ def _mps_available() -> bool:
     return bool(backend is not None and backend.is_available())
 
 
+PRECISION_ENV = "COURSE_PRECISION"
+PRECISION_CHOICES = ("auto", "fp32", "bf16")
+CPU_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
+
+
 @dataclass(frozen=True)
 class Precision:
-    """How a device trains: the autocast dtype (None = full fp32) and whether a GradScaler is needed."""
+    """How a device trains: the autocast dtype (None = full fp32), whether a GradScaler is
+    needed, and why this precision was chosen (printed by ``summary``)."""
     device_type: str
     dtype: torch.dtype | None
     grad_scaler: bool
+    reason: str = ""
 
     @property
     def name(self) -> str:
         return "fp32" if self.dtype is None else str(self.dtype).replace("torch.", "")
 
 
+def requested_precision() -> str:
+    """``COURSE_PRECISION`` (``auto`` when unset): ``auto``, ``fp32`` or ``bf16``; anything else
+    is an error naming the variable."""
+    value = os.environ.get(PRECISION_ENV, "").strip().lower() or "auto"
+    if value not in PRECISION_CHOICES:
+        raise ValueError(f"{PRECISION_ENV}={os.environ[PRECISION_ENV]!r}: expected one of "
+                         f"{', '.join(PRECISION_CHOICES)}")
+    return value
+
+
+@functools.cache
+def cpu_bf16_flag() -> str | None:
+    """The CPU flag saying this x86 CPU multiplies bfloat16 natively (``amx_bf16`` or
+    ``avx512_bf16``), or None. Read once per process from ``/proc/cpuinfo``.
+
+    Why flags and not a timed matmul: the flags are free to read and give the same answer in
+    every run, whereas a timing taken on a shared machine can flip with the neighbours' load,
+    and with it the arithmetic of every chapter. Why these two flags: they are the x86
+    instructions that multiply bfloat16 (AVX-512 BF16 dot products, AMX tiles), and without
+    them PyTorch's bfloat16 matmul is slow. On this course's 2-core AMD EPYC without them, a 1024 x 1024
+    matmul runs at about 90 GFLOP/s in float32 and under 1 GFLOP/s in bfloat16, and a
+    ``Linear`` under autocast about 9x slower than in float32 (``benchmarks/bench_precision.py``
+    measures whole training steps). The flag must also be usable by PyTorch: its oneDNN
+    must report bfloat16 support (``torch.ops.mkldnn._is_mkldnn_bf16_supported``).
+    Arm CPUs with bfloat16 instructions are not switched on automatically (not measured
+    here): try ``COURSE_PRECISION=bf16`` and ``benchmarks/bench_precision.py`` there."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            return native_bf16_flag(f.read(), _mkldnn_bf16_usable())
+    except OSError:
+        return None
+
+
+def native_bf16_flag(cpuinfo: str, mkldnn_bf16: bool) -> str | None:
+    """The first of :data:`CPU_BF16_FLAGS` on the ``flags`` line of ``cpuinfo`` (the text of
+    ``/proc/cpuinfo``), provided PyTorch's oneDNN can use it (``mkldnn_bf16``); else None."""
+    flags = next((line.split(":", 1)[1].split() for line in cpuinfo.splitlines()
+                  if line.startswith("flags") and ":" in line), [])
+    found = next((flag for flag in CPU_BF16_FLAGS if flag in flags), None)
+    return found if found is not None and mkldnn_bf16 else None
+
+
+def _mkldnn_bf16_usable() -> bool:
+    try:
+        return bool(torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
+
+
 def precision(device: torch.device | str) -> Precision:
-    """bf16 autocast where the GPU supports it, fp16 with a grad scaler otherwise, none on cpu."""
+    """The course's precision policy for training on ``device``.
+
+    ``COURSE_PRECISION=auto`` (the default):
+
+    * cuda: bfloat16 autocast where the GPU supports it, else float16 with a grad scaler;
+    * mps: float16 with a grad scaler;
+    * cpu: bfloat16 autocast where the CPU multiplies bfloat16 natively (:func:`cpu_bf16_flag`),
+      float32 elsewhere, so a CPU without it is never made slower.
+
+    ``COURSE_PRECISION=fp32`` trains in float32 everywhere; ``COURSE_PRECISION=bf16`` asks for
+    bfloat16 autocast (an error on a GPU without bfloat16; on a CPU without native bfloat16 it
+    runs, slowly, and the reason says so). Autocast changes only the arithmetic inside the
+    forward pass: the weights, gradients and optimizer state stay float32.
+    """
     device = torch.device(device)
-    if device.type == "cuda":
+    asked = requested_precision()
+    kind = device.type
+    if asked == "fp32":
+        return Precision(kind, None, False, f"{PRECISION_ENV}=fp32")
+    if asked == "bf16":
+        if kind == "cuda" and not torch.cuda.is_bf16_supported():
+            raise RuntimeError(f"{PRECISION_ENV}=bf16 but this GPU does not support bfloat16; "
+                               f"use {PRECISION_ENV}=auto (float16) or fp32")
+        slow = ", no native bf16 on this CPU: slow" if kind == "cpu" and cpu_bf16_flag() is None else ""
+        return Precision(kind, torch.bfloat16, False, f"{PRECISION_ENV}=bf16{slow}")
+    if kind == "cuda":
         if torch.cuda.is_bf16_supported():
-            return Precision("cuda", torch.bfloat16, False)
-        return Precision("cuda", torch.float16, True)
-    if device.type == "mps":
-        return Precision("mps", torch.float16, True)
-    return Precision(device.type, None, False)
+            return Precision("cuda", torch.bfloat16, False, "auto: the GPU supports bf16")
+        return Precision("cuda", torch.float16, True, "auto: no bf16 on this GPU")
+    if kind == "mps":
+        return Precision("mps", torch.float16, True, "auto")
+    if kind == "cpu":
+        flag = cpu_bf16_flag()
+        if flag is not None:
+            return Precision("cpu", torch.bfloat16, False, f"auto: {flag}")
+        return Precision("cpu", None, False, "auto: no native bf16 on this CPU")
+    return Precision(kind, None, False, "auto")
 
 
 def autocast_dtype(device: torch.device | str) -> torch.dtype | None:
@@ -96,7 +190,11 @@ def needs_grad_scaler(device: torch.device | str) -> bool:
 
 
 def autocast(device: torch.device | str):
-    """A context manager: autocast to the device's dtype, or nothing on cpu."""
+    """A context manager for the forward pass of a training step: autocast to the dtype
+    :func:`precision` chose for ``device``, or nothing where it chose float32.
+
+    Evaluation and generation run outside it, in float32 (``lib.train.fit`` does so), so
+    that recorded metrics and checked outputs do not depend on the machine."""
     p = precision(device)
     if p.dtype is None:
         return contextlib.nullcontext()
@@ -233,13 +331,15 @@ def setup(seed: int = 0, deterministic: bool = False, prefer: str | None = None,
         check_int("cpu_threads", cpu_threads, 1)
     if _current.type == "cpu":
         torch.set_num_threads(cpu_threads if cpu_threads is not None else default_cpu_threads())
+    precision(_current)             # a bad COURSE_PRECISION fails here, at the top of the notebook
     seed_everything(seed, deterministic)
     return _current
 
 
 def summary(device: torch.device | str | None = None) -> str:
     """One line saying where this notebook runs, e.g.
-    ``device=cpu (x86_64, 2 threads) | precision=fp32 | recipe=ci | torch 2.13.0``."""
+    ``device=cpu (x86_64, 2 threads) | precision=fp32 (auto: no native bf16 on this CPU) | recipe=ci |
+    torch 2.13.0``; the reason in brackets says why this precision (see :func:`precision`)."""
     from lib import config  # local import: config imports device
 
     device = torch.device(device) if device is not None else (_current or pick_device())
@@ -250,5 +350,6 @@ def summary(device: torch.device | str | None = None) -> str:
     else:
         where = f"{platform.machine()}, {torch.get_num_threads()} threads"
     procs = f" | process {rank()} of {world_size()}" if world_size() > 1 else ""
-    return (f"device={device.type} ({where}) | precision={precision(device).name} | "
+    p = precision(device)
+    return (f"device={device.type} ({where}) | precision={p.name} ({p.reason}) | "
             f"recipe={config.mode()} | torch {torch.__version__.split('+')[0]}{procs}")

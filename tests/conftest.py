@@ -7,6 +7,10 @@ for the ``data_mirror`` fixture, which skips them (saying why) when there is no 
 
 Threads: unit tests use tiny tensors, for which one intra-op thread is faster than two, and
 much faster (and steadier) on a busy machine; every test runs with one thread.
+
+Precision: tests run in float32 whatever the CPU (``COURSE_PRECISION=fp32`` unless set), so
+that their numbers do not depend on whether the machine has native bfloat16; the tests of the
+precision policy set the variable themselves.
 """
 from __future__ import annotations
 
@@ -18,6 +22,8 @@ import torch
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED_DATA = REPO.parent / "shared" / "data"
+
+os.environ.setdefault("COURSE_PRECISION", "fp32")
 
 if not os.environ.get("COURSE_DATA_MIRROR") and SHARED_DATA.is_dir():
     os.environ["COURSE_DATA_MIRROR"] = str(SHARED_DATA)

@@ -18,8 +18,10 @@ def machine(monkeypatch):
     """Simulate a machine: machine(cuda=..., mps=..., bf16=...)."""
     monkeypatch.delenv("COURSE_DEVICE", raising=False)
     monkeypatch.delenv("COURSE_MODE", raising=False)
+    monkeypatch.delenv("COURSE_PRECISION", raising=False)
 
-    def make(cuda=False, mps=False, bf16=True, name="Fake GPU"):
+    def make(cuda=False, mps=False, bf16=True, name="Fake GPU", cpu_bf16=None):
+        monkeypatch.setattr(D, "cpu_bf16_flag", lambda: cpu_bf16)
         monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
         monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: bf16)
         monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a, **k: name)
@@ -101,7 +103,77 @@ def test_precision_none_on_cpu(machine):
         assert (a @ a).dtype == torch.float32  # no autocast on cpu
 
 
-def test_precision_mps_fp16():
+def test_cpu_with_native_bf16_autocasts_to_bf16(machine):
+    machine(cpu_bf16="avx512_bf16")
+    p = D.precision("cpu")
+    assert (p.dtype, p.grad_scaler, p.reason) == (torch.bfloat16, False, "auto: avx512_bf16")
+    a = torch.randn(4, 4)
+    with D.autocast("cpu"):
+        assert (a @ a).dtype == torch.bfloat16
+    assert "precision=bfloat16 (auto: avx512_bf16)" in D.summary("cpu")
+
+
+def test_cpu_without_native_bf16_stays_float32(machine):
+    machine(cpu_bf16=None)
+    p = D.precision("cpu")
+    assert (p.dtype, p.reason) == (None, "auto: no native bf16 on this CPU")
+    with D.autocast("cpu"):
+        assert not torch.is_autocast_enabled("cpu")
+    assert "precision=fp32 (auto: no native bf16 on this CPU)" in D.summary("cpu")
+
+
+def test_course_precision_overrides_the_policy(machine, monkeypatch):
+    machine(cuda=True, bf16=True, cpu_bf16="amx_bf16")
+    monkeypatch.setenv("COURSE_PRECISION", "fp32")
+    for dev in ("cpu", "cuda", "mps"):
+        p = D.precision(dev)
+        assert (p.dtype, p.grad_scaler, p.reason) == (None, False, "COURSE_PRECISION=fp32")
+    with D.autocast("cpu"):
+        assert not torch.is_autocast_enabled("cpu")
+    machine(cuda=True, bf16=False, cpu_bf16=None)
+    monkeypatch.setenv("COURSE_PRECISION", " BF16 ")            # case and spaces do not matter
+    p = D.precision("cpu")
+    assert p.dtype == torch.bfloat16 and "no native bf16 on this CPU: slow" in p.reason
+    with pytest.raises(RuntimeError, match="COURSE_PRECISION=bf16 but this GPU does not support bfloat16"):
+        D.precision("cuda")
+    monkeypatch.setenv("COURSE_PRECISION", "auto")
+    assert D.precision("cuda").dtype == torch.float16
+    monkeypatch.setenv("COURSE_PRECISION", "half")
+    with pytest.raises(ValueError, match="COURSE_PRECISION='half': expected one of auto, fp32, bf16"):
+        D.precision("cpu")
+
+
+def test_setup_rejects_a_bad_course_precision_at_once(machine, monkeypatch):
+    machine()
+    monkeypatch.setenv("COURSE_PRECISION", "fp64")
+    try:
+        with pytest.raises(ValueError, match="COURSE_PRECISION='fp64'"):
+            D.setup(seed=0, cpu_threads=1)
+    finally:
+        D._current = None
+
+
+CPUINFO = "processor\t: 0\nvendor_id\t: AuthenticAMD\nflags\t\t: fpu avx2 {extra}\nbugs\t\t: none\n"
+
+
+@pytest.mark.parametrize("extra, mkldnn, expected", [
+    ("avx512f avx512_bf16", True, "avx512_bf16"), ("amx_tile amx_bf16 avx512_bf16", True, "amx_bf16"),
+    ("avx512f avx512_vnni", True, None),         # AVX-512 without its bf16 instructions
+    ("avx512_bf16", False, None),                # the CPU has them, but PyTorch's oneDNN cannot use them
+    ("", True, None),
+])
+def test_native_bf16_flag_reads_the_cpu_flags(extra, mkldnn, expected):
+    assert D.native_bf16_flag(CPUINFO.format(extra=extra), mkldnn) == expected
+    assert D.native_bf16_flag("", True) is None   # not Linux, or no flags line
+
+
+def test_cpu_bf16_flag_is_decided_once_per_process():
+    assert D.cpu_bf16_flag() is D.cpu_bf16_flag()
+    assert D.cpu_bf16_flag.cache_info().hits >= 1
+
+
+def test_precision_mps_fp16(machine):
+    machine(mps=True)
     p = D.precision("mps")
     assert (p.dtype, p.grad_scaler) == (torch.float16, True)
 

@@ -96,6 +96,35 @@ def test_clipping_bounds_the_gradient_norm(monkeypatch, with_scaler):
     assert max(norms[0.5]) > 0.45
 
 
+def test_fit_trains_under_the_precision_policy_and_evaluates_in_float32(monkeypatch):
+    monkeypatch.setenv("COURSE_PRECISION", "bf16")          # bf16 autocast on any CPU
+    ds = regression_data(n=32)
+    model = make_model(dropout=0.0)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    seen = {"train": set(), "eval": set()}
+
+    def step(model, batch):
+        seen["train"].add((torch.is_autocast_enabled("cpu"), model(batch[0]).dtype))
+        return mse_step(model, batch)
+
+    def evaluate(model):
+        seen["eval"].add((torch.is_autocast_enabled("cpu"), model(ds.tensors[0]).dtype))
+        return {"loss": mse_step(model, ds.tensors)[0]}
+
+    hist = train.fit(model, train.make_loader(ds, 8), optimizer=opt, step_fn=step, epochs=2, eval_fn=evaluate,
+                     log_every=None, progress=False)
+    assert seen == {"train": {(True, torch.bfloat16)}, "eval": {(False, torch.float32)}}
+    assert hist.values("train_loss")[-1] < hist.values("train_loss")[0]
+    # master weights and optimizer state stay float32
+    assert all(p.dtype == torch.float32 and p.grad.dtype == torch.float32 for p in model.parameters())
+    assert all(v.dtype == torch.float32 for st in opt.state.values() for k, v in st.items() if k != "step")
+
+    monkeypatch.setenv("COURSE_PRECISION", "fp32")
+    seen["train"].clear()
+    train.fit(model, train.make_loader(ds, 8), optimizer=opt, step_fn=step, max_steps=1, progress=False)
+    assert seen["train"] == {(False, torch.float32)}
+
+
 def test_non_finite_loss_is_an_error():
     ds = regression_data(n=16)
     model = make_model()

@@ -203,8 +203,9 @@ class SwitchFFN(nn.Module):
         h = x.float()
         if self.training and self.jitter > 0:
             h = h * torch.empty_like(h).uniform_(1.0 - self.jitter, 1.0 + self.jitter)
-        logits = F.linear(h, self.router.weight.float(),
-                          None if self.router.bias is None else self.router.bias.float())
+        with torch.autocast(x.device.type, enabled=False):    # autocast would run the Linear in bf16
+            logits = F.linear(h, self.router.weight.float(),
+                              None if self.router.bias is None else self.router.bias.float())
         return route_top1(torch.softmax(logits, dim=-1, dtype=torch.float32), self.group_capacity(x.shape[1]))
 
     def dispatch(self, x: torch.Tensor, r: Routing) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,7 +1,8 @@
 """``fit``: the one training loop.
 
 What ``fit`` does on every step: move the batch to the device (``to_device``), compute the
-loss under autocast on a GPU (``lib.device.autocast``; nothing on cpu), backpropagate (through a
+loss under the course's precision policy (``lib.device.autocast``: bfloat16 autocast on a GPU and on a
+CPU with native bfloat16, float32 elsewhere), backpropagate (through a
 ``torch.amp.GradScaler`` where ``lib.device.precision`` asks for one), clip the gradient norm
 to ``clip_grad``, step the optimizer and then the scheduler (schedules here are per step, not per
 epoch).
@@ -426,7 +427,7 @@ def fit(model: nn.Module, train_loader: Iterable, *, optimizer: torch.optim.Opti
                           in total (counting steps done before a resume), whichever comes first.
                           ``epochs=None`` means "until max_steps".
     clip_grad             maximum global gradient norm; None disables clipping.
-    eval_fn, eval_every   ``eval_fn(model) -> {name: float}`` runs (in eval mode, without grad) at the
+    eval_fn, eval_every   ``eval_fn(model) -> {name: float}`` runs (in eval mode, without grad, in float32) at the
                           end of every epoch, every ``eval_every`` steps, and once at the end of
                           training if the last step had none; keys are stored as ``eval_<name>``.
     device                where to train (the model is moved there); default: the model's device.

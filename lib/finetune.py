@@ -257,8 +257,8 @@ def imdb_curve_recipe(mode: str | None = None):
     full one, sized for a GPU: 8 sizes x 3 draws x 3 learning rates per arm, 10,000 test reviews)."""
     from lib import config
     return config.recipe(
-        ci=dict(sizes=[64], seeds=[0], lrs={"pretrained": [1e-4], "random": [3e-4]}, val_size=200,
-                test_size=300, max_len=128, head=32, batch_size=16, epochs=4, min_steps=16, head_lr=1e-3,
+        ci=dict(sizes=[64], seeds=[0], lrs={"pretrained": [1e-4], "random": [3e-4]}, val_size=100,
+                test_size=300, max_len=96, head=24, batch_size=16, epochs=4, min_steps=16, head_lr=1e-3,
                 all_labels=None),
         full=dict(sizes=[16, 32, 64, 128, 256, 512, 1024, 2048], seeds=[0, 1, 2],
                   lrs={"pretrained": [3e-5, 1e-4, 3e-4], "random": [1e-4, 3e-4, 1e-3]}, val_size=500,

@@ -222,12 +222,13 @@ def plot(rows, ax=None, recorded=None, names: Mapping[str, str] | None = None, t
             if t.empty:
                 continue
             name = names.get(init, init) + (f" ({label})" if label else "")
-            ax.plot(t["labels"], t["mean"], style, marker="o", ms=3, color=colours[init], label=name)
+            ax.plot(t["labels"], t["mean"], style, marker="o" if style == "-" else ".", ms=7 if style == "-" else 5,
+                    color=colours[init], label=name)
             se = t["se"].fillna(0)
             ax.fill_between(t["labels"], t["mean"] - se, t["mean"] + se, color=colours[init], alpha=0.15, lw=0)
     if chance is not None:
         ax.axhline(chance, color="grey", lw=0.8, ls=":", label="chance")
     ax.set_xscale("log")
     ax.set(xlabel="labelled examples (log scale)", ylabel=metric or "metric")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     return ax

@@ -19,7 +19,7 @@ from lib import data
 from lib.data import files
 from lib.data.registry import REGISTRY, DatasetInfo, FileInfo
 
-DATASETS = {"chatbot_data", "imdb", "nsmc_raw", "tatoeba_kor_eng", "tatoeba_fra_eng", "tinyshakespeare"}
+DATASETS = {"chatbot_data", "imdb", "imdb_unsup", "nsmc_raw", "tatoeba_kor_eng", "tatoeba_fra_eng", "tinyshakespeare"}
 
 
 # ---------------------------------------------------------------- registry
@@ -231,6 +231,17 @@ def test_load_imdb(data_mirror, split, ones, tens):
     assert not any("<br" in r["text"] for r in rows)
 
 
+def test_load_imdb_unsup_is_text_only_and_disjoint_from_the_labelled_reviews(data_mirror):
+    every = data.load_imdb_unsup(exclude_test=False)
+    assert len(every) == 50_000 and all(every) and not any("<br />" in t for t in every)
+    test = {r["text"] for r in data.load_imdb("test")}
+    repeats = sum(t in test for t in every)
+    assert 0 < repeats < 0.02 * len(every)                  # a few test reviews recur word for word
+    kept = data.load_imdb_unsup()
+    assert len(kept) == len(every) - repeats and not any(t in test for t in kept)
+    assert data.REGISTRY["imdb_unsup"].files["imdb_unsup.csv.gz"].sha256.startswith("d47b18f1")
+
+
 def test_load_imdb_rejects_other_splits():
     with pytest.raises(ValueError, match="split.*'validation'"):
         data.load_imdb("validation")
@@ -295,7 +306,7 @@ def test_split_indices_are_a_deterministic_partition():
         data.split_indices(-1)
 
 
-@pytest.mark.parametrize("name", sorted(DATASETS))
+@pytest.mark.parametrize("name", sorted(DATASETS - {"imdb_unsup"}))   # plain text for pre-training: no builder
 def test_builder_info_has_metadata_and_features(name, tfds_dir):
     info = data.builder(name).info
     registry = REGISTRY[name]

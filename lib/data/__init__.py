@@ -16,7 +16,7 @@ when one of its names is first used.
 """
 from .registry import REGISTRY, DatasetInfo, FileInfo
 from .files import CACHE_ENV, MIRROR_ENV, DataError, cache_dir, download, mirror_dir, path
-from .loaders import load_chatbot, load_imdb, load_nsmc_raw, load_tatoeba, load_tinyshakespeare
+from .loaders import load_chatbot, load_imdb, load_imdb_unsup, load_nsmc_raw, load_tatoeba, load_tinyshakespeare
 from . import chatbot, noising  # chapter 4's chatbot split; BART's corruptions
 from . import nsmc  # the course's balanced NSMC sentiment split (not the published NSMC split)
 
@@ -25,7 +25,7 @@ _FROM_BUILDERS = ("tfds_source", "torch_loader", "split_indices", "builder", "tf
 
 __all__ = ["REGISTRY", "DatasetInfo", "FileInfo", "DataError", "MIRROR_ENV", "CACHE_ENV",
            "mirror_dir", "cache_dir", "download", "path", "load_chatbot", "load_imdb",
-           "load_tatoeba", "load_tinyshakespeare", "load_nsmc_raw", *_FROM_BUILDERS]
+           "load_imdb_unsup", "load_tatoeba", "load_tinyshakespeare", "load_nsmc_raw", *_FROM_BUILDERS]
 
 
 def __getattr__(name: str):

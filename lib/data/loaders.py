@@ -17,7 +17,7 @@ from .files import DataError, path
 from lib.validate import check_int
 
 __all__ = ["load_chatbot", "load_imdb", "load_tatoeba", "load_tinyshakespeare", "load_nsmc_raw",
-           "IMDB_SPLITS", "TATOEBA_PAIRS"]
+           "IMDB_SPLITS", "TATOEBA_PAIRS", "load_imdb_unsup"]
 
 IMDB_SPLITS = ("train", "test")
 TATOEBA_PAIRS = ("kor_eng", "fra_eng")
@@ -76,6 +76,23 @@ def load_imdb(split: str) -> list[dict]:
     file = path("imdb", f"imdb_{split}.csv.gz")
     return [{"text": text, "label": label, "rating": rating}
             for text, label, rating in _imdb_rows(file)]
+
+
+def load_imdb_unsup(exclude_test: bool = True) -> list[str]:
+    """IMDB's 50,000 unlabelled reviews (``imdb_unsup``), in id order, ``<br />`` made a space: text
+    for language-model pre-training only, never for evaluation.
+
+    Some of them are, word for word, reviews of the labelled test split; ``exclude_test=True`` (the
+    default) leaves those out, so that a model pre-trained on this text has never read a test review."""
+    file = path("imdb_unsup", "imdb_unsup.csv.gz")
+    with _open_text(file) as f:
+        reader = csv.reader(f)
+        _check_header(file, next(reader), ["file", "id", "text"])
+        texts = [text.replace("<br />", " ") for _, _, text in reader]
+    if exclude_test:
+        test = {r["text"] for r in load_imdb("test")}
+        texts = [t for t in texts if t not in test]
+    return texts
 
 
 # ---------------------------------------------------------------- Tatoeba pairs

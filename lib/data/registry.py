@@ -128,6 +128,25 @@ _DATASETS = [
             "aclImdb_README.txt is the archive's aclImdb/README. See shared/data/imdb/SOURCE.md."),
     ),
     DatasetInfo(
+        name="imdb_unsup",
+        description=(
+            "IMDB's 50,000 unlabelled reviews (aclImdb/train/unsup), for language-model pre-training "
+            "only: the README does not say their movies are disjoint from the test set's, so never "
+            "evaluate on them."),
+        homepage="https://ai.stanford.edu/~amaas/data/sentiment/",
+        license=("No formal license: IMDb user reviews distributed by Stanford for research; "
+                 "cite Maas et al. (2011). Fine for teaching, do not relicense."),
+        citation="Maas et al. (2011), as for the dataset 'imdb'.",
+        files={
+            "imdb_unsup.csv.gz": FileInfo(
+                _IMDB_TAR, "d47b18f1739f3daa1b8ba1c3fa2e2bb0562bd22106be0bcbf9ff00797251b4da",
+                26040933, direct=False),
+        },
+        how_to_get=(
+            f"{MIRROR_HINT}. The CSV re-packages aclImdb/train/unsup/<id>_0.txt from {_IMDB_TAR} "
+            "(columns file,id,text; gzip -9 -n). See shared/data/imdb_unsup/SOURCE.md."),
+    ),
+    DatasetInfo(
         name="nsmc_raw",
         description=(
             "The raw Naver movie review crawl (712,404 Korean reviews, ratings 1-10) that the Naver "

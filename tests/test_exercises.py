@@ -435,6 +435,35 @@ def test_sandbox_hides_files_network_and_kills_tree(tmp_path):
     assert not (ROOT / "attack.txt").exists()
 
 
+def test_sandbox_works_with_python_and_box_under_tmp_and_spaces():
+    """Nothing depends on where the checkout, the venv or the Python live: a venv under /tmp in a
+    folder whose name has a space runs in a sandbox whose box is there too (the private /tmp must
+    not hide them), and a real kernel starts with its box (sockets, notebook) under such a path."""
+    import subprocess
+    import sys
+    import tempfile
+    top = Path(tempfile.mkdtemp(prefix="grader dir with space ", dir="/tmp"))
+    try:
+        venv = top / "a venv"
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+        box = top / "the box"
+        (box / "work").mkdir(parents=True)
+        code = "import sys, json; open('out.txt', 'w').write(sys.prefix); print(json.dumps(sys.path))"
+        argv = E.sandbox_argv(box, [str(venv / "bin" / "python"), "-c", code], {"PATH": "/usr/bin:/bin"},
+                              python_dirs=[sys.base_prefix, str(venv)])
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert (box / "work" / "out.txt").read_text() == str(venv)
+        k = E.Kernel(top / "kernel box")
+        try:
+            r = k.execute("import os; print(os.getcwd())", 60)
+            assert r.status == "ok" and r.stdout.strip() == str(top / "kernel box" / "work"), r
+        finally:
+            k.kill()
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
 def test_sanitize_drops_only_otter_calls():
     src = 'import otter\ngrader = otter.Notebook("x.ipynb")\nx = 1\n  grader.check("q1")\nprint(x)'
     out = E._sanitize(src).splitlines()

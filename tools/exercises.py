@@ -364,24 +364,35 @@ def _python_paths() -> tuple[str, list[str]]:
     return str(exe), sorted(dirs)
 
 
-def sandbox_argv(box: Path, command: list[str], env: dict[str, str], memory_bytes: int | None = None) -> list[str]:
+_SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
+
+
+def sandbox_argv(box: Path, command: list[str], env: dict[str, str], memory_bytes: int | None = None,
+                 python_dirs: list[str] | None = None) -> list[str]:
     """bubblewrap command line running ``command`` with no network, its own PID/IPC/UTS namespaces,
     a read-only view of the system and Python folders only, a private /tmp, and ``box`` (its own
-    temporary folder) as the one writable place. The process tree dies with the grader."""
+    temporary folder) as the one writable place. The process tree dies with the grader.
+
+    ``python_dirs`` (default: this interpreter's base Python and venv) may lie anywhere, /tmp
+    included: bubblewrap applies mounts in order, so the private /tmp, /dev and /proc come first
+    and the Python folders and the box are mounted on top of them (parents before children)."""
     bwrap = shutil.which("bwrap")
     if not bwrap:
         raise SandboxUnavailable("bubblewrap (bwrap) is not installed; the grader runs every notebook in it "
                                  "(Debian: apt-get install bubblewrap)")
     argv = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--clearenv"]
-    for p in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc"):
+    for p in _SYSTEM_DIRS:
         if os.path.islink(p):
             argv += ["--symlink", os.readlink(p), p]
         elif os.path.exists(p):
             argv += ["--ro-bind", p, p]
-    _, pydirs = _python_paths()
-    for d in pydirs:
+    argv += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    dirs = _python_paths()[1] if python_dirs is None else [str(Path(d).resolve()) for d in python_dirs]
+    for d in sorted(set(dirs), key=lambda d: (len(Path(d).parts), d)):
+        if d == "/" or d in ("/dev", "/proc") or d.startswith(("/dev/", "/proc/")):
+            raise SandboxUnavailable(f"cannot sandbox a Python installed in {d!r}")
         argv += ["--ro-bind", d, d]
-    argv += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--bind", str(box), str(box),
+    argv += ["--bind", str(box), str(box),
              # the sandbox's root is a tmpfs holding the mount points; read-only, so that a folder
              # made for one (e.g. the checkout when the venv lives in it) cannot be written either
              "--remount-ro", "/",

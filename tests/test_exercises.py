@@ -464,6 +464,38 @@ def test_sandbox_works_with_python_and_box_under_tmp_and_spaces():
         shutil.rmtree(top, ignore_errors=True)
 
 
+_POINTS_TEST_FILE = """from otter.test_files import test_case
+OK_FORMAT = False
+name = "q1"
+points = {points}
+
+@test_case(points=None, hidden=False)
+def test_public(x):
+    assert x is not None
+
+@test_case(points=None, hidden=True)
+def test_a(x):
+    assert x in (1, 3)
+
+@test_case(points=None, hidden=True)
+def test_b(x):
+    assert x in (2, 3)
+"""
+
+
+@pytest.mark.parametrize("points, x, score", [
+    ("[0, 3, 1]", 1, 3.0), ("[0, 3, 1]", 2, 1.0), ("[0, 3, 1]", 3, 4.0), ("[0, 3, 1]", 0, 0.0),
+    ("4", 1, 2.0), ("4", 2, 2.0), ("4", 3, 4.0)])
+def test_points_list_weights_each_hidden_test(points, x, score):
+    """A master's list of per-test points is honoured (each hidden test earns its own); one number is
+    shared equally among the hidden tests; the public test earns nothing either way."""
+    src = _POINTS_TEST_FILE.format(points=points)
+    tf = E.test_file("q1", src)
+    tf.run({"x": x})
+    assert E.question_score(tf, src) == score
+    assert tf.possible == 4
+
+
 def test_sanitize_drops_only_otter_calls():
     src = 'import otter\ngrader = otter.Notebook("x.ipynb")\nx = 1\n  grader.check("q1")\nprint(x)'
     out = E._sanitize(src).splitlines()

@@ -15,6 +15,7 @@ and verdicts never enter the student's process; one broken question costs only i
 from __future__ import annotations
 
 import argparse
+import ast
 import base64
 import concurrent.futures as cf
 import contextlib
@@ -1088,13 +1089,29 @@ def _short(s: str, n: int = 160) -> str:
     return s if len(s) <= n else s[: n - 1] + "…"
 
 
-def question_score(tf) -> float:
-    """Points of one question: all of them on the hidden tests, shared equally; public tests are
-    feedback and carry none. (Without hidden tests, all tests count: prove forbids that.)"""
+def points_list(src: str) -> list | None:
+    """The per-test points of a test file when its master gives a list (``points: [0, 2, 2, 1]``,
+    one number per test, public tests first), else None (one number, shared by the hidden tests)."""
+    for node in ast.parse(src).body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "points" for t in node.targets):
+            with contextlib.suppress(ValueError, SyntaxError):
+                value = ast.literal_eval(node.value)
+                return list(value) if isinstance(value, list) else None
+    return None
+
+
+def question_score(tf, src: str) -> float:
+    """Points of one question (``tf``: its test file, run; ``src``: that file's source), all of them
+    on the hidden tests; public tests are feedback and carry none. If the master gives a list of
+    per-test points, each passed hidden test earns its own; otherwise the question's points are
+    shared equally among its hidden tests.
+    (Without hidden tests, all tests count: prove forbids that.)"""
     results = tf.test_case_results
     counted = [r for r in results if r.test_case.hidden] or results
     if not counted:
         return 0.0
+    if points_list(src) is not None:
+        return float(sum(r.test_case.points or 0 for r in counted if r.passed))
     return float(tf.possible) * sum(1 for r in counted if r.passed) / len(counted)
 
 
@@ -1192,7 +1209,7 @@ def grade_notebook(nb_path: Path, tests: dict[str, str], timeout: float = 60.0,
                         kernel.kill()
                         kernel = None
                     continue
-                grade.scores[q] = question_score(tf)
+                grade.scores[q] = question_score(tf, src)
                 grade.results[q] = [(r.test_case.name, r.test_case.hidden, r.passed) for r in tf.test_case_results]
                 failed = [r for r in tf.test_case_results if not r.passed]
                 if failed:
@@ -1334,8 +1351,11 @@ def prove(dist: Path = DIST, only: list[str] | None = None, timeout: float = 60.
             continue
         tests_by[m.key] = tests
         for q, src in tests.items():
-            if not any(tc.hidden for tc in test_file(q, src).test_cases):
+            cases = test_file(q, src).test_cases
+            if not any(tc.hidden for tc in cases):
                 fail(f"question {q} has no hidden test in the autograder zip")
+            if points_list(src) is not None and any(tc.points for tc in cases if not tc.hidden):
+                fail(f"question {q}: its points list gives points to a public test (public tests carry none)")
         missing = set(info.questions) - set(tests)
         if missing:
             fail(f"questions without tests in the autograder zip: {sorted(missing)}")

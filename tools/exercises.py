@@ -193,6 +193,39 @@ class MasterInfo:
     hidden_tests: dict[str, int]             # question -> number of hidden test cells
     secrets: list[tuple[str, str]]           # (kind, line) that must not appear in the student notebook
     problems: list[str]
+    choices: dict[str, tuple[str, str]] = dataclasses.field(default_factory=dict)   # MC q -> (name, right letter)
+    options: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)    # MC q -> letter -> option text
+    functions: dict[str, list[str]] = dataclasses.field(default_factory=dict)       # q -> functions its solution defines
+
+
+_CHOICE = re.compile(r"""^\s*(\w+)\s*=\s*["']([a-z])["']\s*#\s*SOLUTION\s*$""", re.M)
+_OPTION = re.compile(r"^\s*(?:[*-]\s+)?\(([a-h])\)\s+(.*)$")
+
+
+def _options(markdown: str) -> dict[str, str]:
+    """The options ``(a) ...``, ``* (b) ...`` of a multiple-choice prompt (an option runs on until the
+    next option or a blank line), letter -> text without markup breaks."""
+    out: dict[str, str] = {}
+    letter = None
+    for line in markdown.splitlines():
+        m = _OPTION.match(line)
+        if m:
+            letter = m.group(1)
+            out[letter] = m.group(2)
+        elif letter and line.strip():
+            out[letter] += " " + line.strip()
+        else:
+            letter = None
+    return {k: " ".join(v.replace("<br>", " ").split()) for k, v in out.items()}
+
+
+def _functions(source: str) -> list[str]:
+    """Names of the top-level functions a solution cell defines (none if it does not parse)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    return [n.name for n in tree.body if isinstance(n, ast.FunctionDef)]
 
 
 def _solution_lines(source: str) -> tuple[list[str], list[str]]:
@@ -229,6 +262,9 @@ def parse_master(path: Path) -> MasterInfo:
     secret_lines: list[tuple[str, str]] = []
     public_text: list[str] = []
     problems: list[str] = []
+    choices: dict[str, tuple[str, str]] = {}
+    options: dict[str, dict[str, str]] = {}
+    functions: dict[str, list[str]] = {}
     question = None
     in_solution = in_tests = False
     for i, cell in enumerate(nb.cells):
@@ -256,6 +292,8 @@ def parse_master(path: Path) -> MasterInfo:
             continue
         if cell.cell_type == "markdown":
             public_text.append(cell.source)
+            if question is not None and _options(cell.source):
+                options[question] = _options(cell.source)
             continue
         # code cell
         if in_tests:
@@ -279,6 +317,10 @@ def parse_master(path: Path) -> MasterInfo:
             if not cell.get("id"):
                 problems.append(f"cell {i + 1} has no id (save the master with nbformat >= 4.5)")
             sol_cells[question].append(cell.get("id"))
+            m = _CHOICE.search(cell.source)
+            if m:
+                choices[question] = (m.group(1), m.group(2))
+            functions.setdefault(question, []).extend(_functions(cell.source))
         secret, public = _solution_lines(cell.source)
         secret_lines += [("solution", line) for line in secret]
         public_text.append("\n".join(public))
@@ -290,7 +332,13 @@ def parse_master(path: Path) -> MasterInfo:
             continue
         seen.add(s)
         secrets_out.append((kind, s))
-    return MasterInfo(config, questions, sol_cells, hidden, secrets_out, problems)
+    for q in choices:
+        if q not in options:
+            problems.append(f"multiple-choice question {q}: no options (a), (b), ... found in its prompt")
+        elif choices[q][1] not in options[q]:
+            problems.append(f"multiple-choice question {q}: its answer {choices[q][1]!r} is not an option")
+    options = {q: o for q, o in options.items() if q in choices}
+    return MasterInfo(config, questions, sol_cells, hidden, secrets_out, problems, choices, options, functions)
 
 
 def _all_strings(obj) -> list[str]:
@@ -549,7 +597,11 @@ class Kernel:
             raise SandboxUnavailable("the kernel did not start in a PID namespace of its own (bwrap failed?)")
         with _SANDBOXES_LOCK:
             _SANDBOXES.add(self.ns)
-        self.kc = self.km.client()
+        # the grader's own sockets refuse (drop) any message over MAX_MESSAGE: see MAX_ANSWER
+        import zmq
+        self.ctx = zmq.Context()
+        self.ctx.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE)
+        self.kc = self.km.client(context=self.ctx)
         self.kc.start_channels()
         try:
             self.kc.wait_for_ready(timeout=startup_timeout)
@@ -605,6 +657,8 @@ class Kernel:
         with contextlib.suppress(Exception):
             self.kc.stop_channels()
         with contextlib.suppress(Exception):
+            self.ctx.destroy(linger=0)
+        with contextlib.suppress(Exception):
             self.km.shutdown_kernel(now=True)
         if self.ns:
             deadline = time.monotonic() + 10
@@ -623,9 +677,17 @@ class Kernel:
 # The submission may replace or break it at will: all it can change is its own answers. The test
 # code, the expected values and the verdicts never enter this process.
 _SETUP = r'''
-def _setup(runner_name, ns):
+def _setup(runner_name, ns, max_answer):
     import base64, json, sys
     handles = {}
+
+    class AnswerTooLarge(ValueError):
+        pass
+
+    def check_size(nbytes, budget):
+        budget[0] += int(nbytes)
+        if budget[0] > max_answer:
+            raise AnswerTooLarge(f"the answer is larger than the grader's limit of {max_answer // 2**20} MB")
 
     def keep(obj):
         handles[len(handles) + 1] = obj
@@ -638,7 +700,8 @@ def _setup(runner_name, ns):
             t = t.float()
         return str(t.dtype).replace("torch.", ""), list(t.shape), base64.b64encode(t.numpy().tobytes()).decode()
 
-    def enc(x, depth=0):
+    def enc(x, depth=0, budget=None):
+        budget = [0] if budget is None else budget
         if depth > 50:
             raise ValueError("value nested too deeply")
         if x is None or isinstance(x, bool):
@@ -648,23 +711,26 @@ def _setup(runner_name, ns):
         if isinstance(x, float):
             return float(x)
         if isinstance(x, str):
+            check_size(len(x), budget)
             return str.__str__(x)
         torch, np = sys.modules.get("torch"), sys.modules.get("numpy")
         if torch is not None and isinstance(x, torch.Tensor):
+            check_size(x.numel() * x.element_size(), budget)
             return {"__t__": tensor_bytes(x)}
         if torch is not None and isinstance(x, torch.dtype):
             return {"__dtype__": str(x).replace("torch.", "")}
         if np is not None and isinstance(x, np.generic) and x.dtype.kind in "biuf":
             return enc(x.item())
         if np is not None and isinstance(x, np.ndarray) and x.dtype.kind in "biufc":
+            check_size(x.nbytes, budget)
             a = np.ascontiguousarray(x)
             return {"__a__": [a.dtype.str, list(a.shape), base64.b64encode(a.tobytes()).decode()]}
         if isinstance(x, tuple):
-            return {"__tuple__": [enc(v, depth + 1) for v in x]}
+            return {"__tuple__": [enc(v, depth + 1, budget) for v in x]}
         if isinstance(x, list):
-            return [enc(v, depth + 1) for v in x]
+            return [enc(v, depth + 1, budget) for v in x]
         if isinstance(x, dict) and all(isinstance(k, str) for k in x):
-            return {"__dict__": [[str(k), enc(v, depth + 1)] for k, v in x.items()]}
+            return {"__dict__": [[str(k), enc(v, depth + 1, budget)] for k, v in x.items()]}
         return {"__h__": keep(x), "type": type(x).__name__}
 
     def dec(x):
@@ -712,8 +778,15 @@ def _setup(runner_name, ns):
         obj = handles[req["h"]] if "h" in req else None
         if op == "call":
             args, kwargs = dec(req["args"]), dec(req["kwargs"])
+            sent = tensors([args, kwargs], [])
+            before = [t.detach().clone() for t in sent]
             res = obj(*args, **kwargs)
             out = {"value": enc(res)}
+            # tensor arguments the call changed in place go back, so that the test sees the change
+            changed = [[i, enc(t)] for i, (t, b) in enumerate(zip(sent, before))
+                       if t.shape != b.shape or t.dtype != b.dtype or not bool((t.detach() == b).all())]
+            if changed:
+                out["changed"] = changed
             if req.get("grad"):
                 ins = [t for t in tensors([args, kwargs], []) if t.requires_grad]
                 outs = [t for t in tensors(res, []) if t.is_floating_point() or t.is_complex()]
@@ -740,21 +813,30 @@ def _setup(runner_name, ns):
 
     def run(nonce, payload):
         try:
-            out = answer(json.loads(payload))
+            out = json.dumps(answer(json.loads(payload)))
+            if len(out) > 2 * max_answer:   # containers of many small items
+                check_size(len(out), [max_answer])
         except Exception as e:
-            out = {"exc": [type(e).__name__, str(e)[:500]]}
-        sys.stdout.write("\n" + nonce + json.dumps(out) + "\n")
+            out = json.dumps({"exc": [type(e).__name__, str(e)[:500]]})
+        sys.stdout.write("\n" + nonce + out + "\n")
         sys.stdout.flush()
 
     ns[runner_name] = run
 
-_setup(RUNNER_NAME, NS)
+_setup(RUNNER_NAME, NS, MAX_ANSWER)
 '''
+
+# What may cross the boundary: one answer of the notebook holds at most MAX_ANSWER bytes of data
+# (tensors, arrays, strings; the kernel refuses larger ones and the grader notes it), and the
+# grader's sockets drop any message over MAX_MESSAGE (a submission that bypasses the kernel-side
+# check only loses its own answer), so that no submission can push the grader's memory up.
+MAX_ANSWER = 16 * 2**20
+MAX_MESSAGE = 4 * MAX_ANSWER
 
 
 def _setup_cell(runner: str) -> str:
     """The kernel code that installs the RPC server under a random name (in a private namespace)."""
-    src = _SETUP.replace("RUNNER_NAME", repr(runner))
+    src = _SETUP.replace("RUNNER_NAME", repr(runner)).replace("MAX_ANSWER", repr(MAX_ANSWER))
     return (f"exec(compile({src!r}, '<grader>', 'exec'), "
             "{'__builtins__': __import__('builtins'), 'NS': globals()})")
 
@@ -814,6 +896,7 @@ class Remote:
     def __init__(self, kernel: Kernel, runner: str, timeout: float, deadline: float):
         self.kernel, self.runner, self.timeout, self.deadline = kernel, runner, timeout, deadline
         self.aborted: str | None = None
+        self.too_large = False   # an answer was over MAX_ANSWER (noted in the CSV)
 
     def request(self, req: dict):
         if self.aborted:
@@ -835,6 +918,7 @@ class Remote:
             raise RemoteError("malformed answer")
         if "exc" in out:
             name, msg = (list(out["exc"]) + ["", ""])[:2]
+            self.too_large = self.too_large or name == "AnswerTooLarge"
             raise _exception_type(name)(str(msg))
         return out
 
@@ -921,10 +1005,23 @@ class Remote:
 
     def call(self, handle: int, args: tuple, kwargs: dict):
         import torch
-        ins = [t for t in _tensors([args, kwargs]) if t.requires_grad]
+        sent = _tensors([args, kwargs])
+        ins = [t for t in sent if t.requires_grad]
         out = self.request({"op": "call", "h": handle, "args": self.encode(list(args)),
                             "kwargs": self.encode(dict(kwargs)), "grad": bool(ins)})
         value = self.decode(out.get("value"))
+        # an in-place change the notebook made to a tensor argument is made to the test's tensor too
+        # (arguments cross as copies; without this, "the input is unchanged" could never fail)
+        for item in out.get("changed") or []:
+            i, new = (list(item) + [None, None])[:2] if isinstance(item, list) else (None, None)
+            new = self.decode(new)
+            if not isinstance(i, int) or not 0 <= i < len(sent) or not isinstance(new, torch.Tensor):
+                raise RemoteError("malformed answer")
+            with torch.no_grad():
+                if new.shape == sent[i].shape:
+                    sent[i].copy_(new)
+                else:
+                    sent[i].data = new.to(sent[i].dtype)
         if not ins or "gid" not in out:
             return value
         # gradients: the outputs are tied to the inputs by a function whose backward asks the notebook
@@ -1115,6 +1212,12 @@ def question_score(tf, src: str) -> float:
     return float(tf.possible) * sum(1 for r in counted if r.passed) / len(counted)
 
 
+# Test files run one at a time: they share this process's global state (torch's default dtype,
+# transformers' patched initialisers, otter's output capture), and two test files of a BERT set
+# run at once in two threads made a correct solution fail (prove --jobs 2).
+_TESTS_LOCK = __import__("threading").Lock()
+
+
 def grade_notebook(nb_path: Path, tests: dict[str, str], timeout: float = 60.0,
                    label: str | None = None, pool: dict | None = None) -> Grade:
     """Grade one notebook; every question's score is isolated from the others' failures.
@@ -1198,9 +1301,12 @@ def grade_notebook(nb_path: Path, tests: dict[str, str], timeout: float = 60.0,
                 tf = test_file(q, src)     # a fresh parse: the test code runs here, in the grader
                 remote = Remote(kernel, runner, timeout, time.monotonic() + timeout)
                 try:
-                    tf.run(StudentNamespace(remote, cells))
+                    with _TESTS_LOCK:   # see _TESTS_LOCK
+                        tf.run(StudentNamespace(remote, cells))
                 except QuestionAborted:
                     pass
+                if remote.too_large:
+                    note(f"{q}: an answer was larger than the limit of {MAX_ANSWER // 2**20} MB and was refused")
                 if remote.aborted:
                     what = {"timeout": f"timed out after {timeout:g} s", "hung": "hung",
                             "dead": "killed the kernel"}[remote.aborted]
@@ -1280,7 +1386,35 @@ def make_variant(solution_nb: Path, info: MasterInfo, replace: dict[str, str], o
     nbformat.write(nb, str(out))
 
 
-STUB = "stub"   # the reserved wrong-answer id of the stub (zeros of the right shape, a wrong letter)
+STUB = "stub"   # the reserved wrong-answer id of the stub (constants of the right shape, a wrong letter)
+STUB_CONSTANTS = (0, 1, 0.5, -1)   # the values of STUB_CONSTANT in the stubs prove grades
+
+
+def stub_variants(info: MasterInfo, stub: dict[str, str]) -> list[tuple[str, dict[str, str], object]]:
+    """(label, replacements, expectation) of the stubs prove grades, each of which must score 0:
+
+    - the set's ``stub`` entry once per value in STUB_CONSTANTS, with ``STUB_CONSTANT`` set to it
+      (the stub's code builds its constant answers from it: zeros, ones, 0.5, -1), and each time
+      another wrong letter for every multiple-choice question (all wrong letters get tried);
+    - ``stub[input]``: every function a solution defines returns its first argument unchanged.
+    """
+    out = []
+    for i, c in enumerate(STUB_CONSTANTS):
+        rep = {}
+        for q, code in stub.items():
+            if q in info.choices:
+                name, right = info.choices[q]
+                wrong = [x for x in sorted(info.options.get(q) or "abcd") if x != right]
+                rep[q] = f"{name} = {wrong[i % len(wrong)]!r}"
+            else:
+                rep[q] = f"STUB_CONSTANT = {c!r}\n{code}"
+        out.append((f"stub[{c:g}]", rep, "stub"))
+    echo = {q: "\n\n".join(f"def {f}(*args, **kwargs):\n    return args[0] if args else next(iter(kwargs.values()), None)"
+                           for f in fns)
+            for q, fns in info.functions.items() if fns and q not in info.choices}
+    if echo:
+        out.append(("stub[input]", echo, ("zero on", sorted(echo))))
+    return out
 
 
 def check_expectation(g: Grade, expect) -> list[str]:
@@ -1289,15 +1423,11 @@ def check_expectation(g: Grade, expect) -> list[str]:
         return [] if abs(g.percent - 100.0) < 1e-9 else ["expected 100 %"]
     if expect == "zero":
         return [] if g.total == 0 else ["expected 0"]
-    if expect == "stub":
-        out = [] if g.total == 0 else ["a stub must score 0"]
-        public_failed = sorted({f"{q}:{name}" for q, res in g.results.items()
-                                for name, hidden, passed in res if not hidden and not passed})
-        missing = sorted(set(g.scores) - set(g.results))
-        if public_failed or missing:
-            out.append("a stub must pass every public test (it shows they carry no points); failed: "
-                       + ", ".join(public_failed + [f"{q} (not run)" for q in missing]))
-        return out
+    if expect == "stub":   # its public tests are checked over all constants (stub_public_failures)
+        return [] if g.total == 0 else ["a stub must score 0"]
+    if expect[0] == "zero on":
+        scored = [q for q in expect[1] if g.scores.get(q, 0.0) != 0]
+        return [f"scored on {', '.join(scored)}; expected 0 there"] if scored else []
     _, questions, zero = expect
     out = [] if 0.0 < g.percent < 100.0 else ["expected strictly between 0 and 100 %"]
     full = [q for q in questions if g.scores.get(q, 0.0) >= g.possible.get(q, 0.0)]
@@ -1307,6 +1437,65 @@ def check_expectation(g: Grade, expect) -> list[str]:
     if zero and scored:
         out.append(f"expect: zero, but it scored on {', '.join(scored)}")
     return out
+
+
+MAX_LETTER_SHARE = 0.4     # no letter may be the right one in more of the book's multiple-choice questions
+MAX_LONGEST_SHARE = 0.4    # nor may the right option be the longest in more of them
+MAX_LENGTH_RATIO = 1.25    # the right option is at most this much longer than the longest distractor
+
+
+def choice_problems(infos: dict[str, MasterInfo], whole_book: bool) -> tuple[dict[str, list[str]], list[str], str]:
+    """Multiple choice that cannot be guessed: per set, each letter is right at most ceil(n/4) times
+    (n: the set's questions) and no right option is much longer than every distractor; over the whole
+    book, no letter is right in more than MAX_LETTER_SHARE of the questions and the right option is the
+    longest in at most MAX_LONGEST_SHARE. -> (problems per set, book problems, summary line)."""
+    per_set: dict[str, list[str]] = {}
+    letters: dict[str, int] = {}
+    n = longest = 0
+    for key, info in infos.items():
+        out = per_set.setdefault(key, [])
+        counts: dict[str, int] = {}
+        for q, (_, right) in info.choices.items():
+            opts = info.options.get(q) or {}
+            others = [len(t) for letter, t in opts.items() if letter != right]
+            if right not in opts or not others:
+                continue
+            n += 1
+            letters[right] = letters.get(right, 0) + 1
+            counts[right] = counts.get(right, 0) + 1
+            longest += len(opts[right]) > max(others)
+            if len(opts[right]) > MAX_LENGTH_RATIO * max(others):
+                out.append(f"multiple choice {q}: the right option ({len(opts[right])} characters) is much longer "
+                           f"than every other (at most {max(others)}); write distractors as long and as precise")
+        cap = -(-len(info.choices) // 4)
+        for letter, c in sorted(counts.items()):
+            if c > cap:
+                out.append(f"multiple choice: {letter!r} is the right letter of {c} of the set's "
+                           f"{len(info.choices)} questions; spread the right letters")
+    book = []
+    if whole_book and n:
+        for letter, c in sorted(letters.items()):
+            if c > MAX_LETTER_SHARE * n:
+                book.append(f"multiple choice: {letter!r} is right in {c} of the book's {n} questions "
+                            f"(more than {MAX_LETTER_SHARE:.0%})")
+        if longest > MAX_LONGEST_SHARE * n:
+            book.append(f"multiple choice: the right option is the longest in {longest} of {n} questions "
+                        f"(more than {MAX_LONGEST_SHARE:.0%})")
+    summary = (f"multiple choice: {n} question(s), right letters "
+               + " ".join(f"{k}={v}" for k, v in sorted(letters.items()))
+               + f", the right option the longest in {longest}")
+    return per_set, book, summary
+
+
+def stub_public_failures(grades: list[Grade]) -> list[str]:
+    """The public tests that no stub passes (each must pass for at least one STUB_CONSTANT: a stub
+    that passes them and scores 0 shows they carry no points)."""
+    failing = None
+    for g in grades:
+        failed = {f"{q}:{name}" for q, res in g.results.items() for name, hidden, passed in res
+                  if not hidden and not passed} | {f"{q} (not run)" for q in set(g.scores) - set(g.results)}
+        failing = failed if failing is None else failing & failed
+    return sorted(failing or ())
 
 
 def prove(dist: Path = DIST, only: list[str] | None = None, timeout: float = 60.0, jobs: int = 2,
@@ -1320,10 +1509,11 @@ def prove(dist: Path = DIST, only: list[str] | None = None, timeout: float = 60.
     jobs_list = []   # (master, variant label, notebook path, expectation)
     tmp = Path(tempfile.mkdtemp(prefix="prove-"))
     tests_by = {}
+    infos: dict[str, MasterInfo] = {}
     for m in masters:
         fail = failures[m.key].append
         try:
-            info = parse_master(m.path)
+            info = infos[m.key] = parse_master(m.path)
         except Exception as e:
             fail(f"cannot parse the master: {type(e).__name__}: {e}")
             continue
@@ -1390,18 +1580,20 @@ def prove(dist: Path = DIST, only: list[str] | None = None, timeout: float = 60.
             if unknown:
                 fail(f"wrong answer {wid}: unknown question(s) {sorted(unknown)}")
                 continue
-            out = tmp / f"{m.chapter}__{m.name}__{wid}.ipynb"
-            try:
-                make_variant(m.solution_nb(dist), info, rep, out)
-            except Exception as e:
-                fail(f"wrong answer {wid}: {e}")
-                continue
             if wid == STUB:
-                jobs_list.append((m, "stub", out, "stub"))
+                variants = stub_variants(info, rep)
             elif spec.get("expect") == "full":   # a correct answer written differently
-                jobs_list.append((m, f"right:{wid}", out, "full"))
+                variants = [(f"right:{wid}", rep, "full")]
             else:
-                jobs_list.append((m, f"wrong:{wid}", out, ("between", sorted(rep), spec.get("expect") == "zero")))
+                variants = [(f"wrong:{wid}", rep, ("between", sorted(rep), spec.get("expect") == "zero"))]
+            for n, (label, replace, expect) in enumerate(variants):
+                out = tmp / f"{m.chapter}__{m.name}__{wid}__{n}.ipynb"
+                try:
+                    make_variant(m.solution_nb(dist), info, replace, out)
+                except Exception as e:
+                    fail(f"{label}: {e}")
+                    continue
+                jobs_list.append((m, label, out, expect))
 
     def run_chunk(chunk):
         # our own notebooks are trusted: one kernel per worker, reset between notebooks
@@ -1427,7 +1619,16 @@ def prove(dist: Path = DIST, only: list[str] | None = None, timeout: float = 60.
         for problem in check_expectation(g, expect):
             failures[m.key].append(f"{label}: {problem}; scored {g.total:g}/{g.total_possible:g} "
                                    f"({g.percent:.1f} %); notes: {' | '.join(g.notes) or '-'}")
+    for m in masters:
+        stubs = [g for (mm, label, _, expect), g in done if mm is m and expect == "stub"]
+        never = stub_public_failures(stubs) if stubs else []
+        if never:
+            failures[m.key].append("the stub must pass every public test for some STUB_CONSTANT (it shows they "
+                                   "carry no points); no constant passes: " + ", ".join(never))
     shutil.rmtree(tmp, ignore_errors=True)
+    per_set, book, choice_summary = choice_problems(infos, whole_book=only is None)
+    for key, problems in per_set.items():
+        failures[key] += problems
 
     print(f"\n{'exercise':40s} {'result':6s} details")
     for m in masters:
@@ -1437,8 +1638,11 @@ def prove(dist: Path = DIST, only: list[str] | None = None, timeout: float = 60.
         for f in failures[m.key]:
             print(f"    - {f}")
     nfail = sum(1 for v in failures.values() if v)
-    print(f"\n{len(masters)} exercise set(s), {nfail} failing, {time.time() - t0:.0f} s")
-    return 1 if nfail else 0
+    print(f"\n{choice_summary}" + ("" if only is None else " (the book's balance is checked when proving all sets)"))
+    for problem in book:
+        print(f"    - {problem}")
+    print(f"{len(masters)} exercise set(s), {nfail} failing, {time.time() - t0:.0f} s")
+    return 1 if nfail or book else 0
 
 
 # ============================================================================ CLI

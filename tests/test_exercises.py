@@ -614,3 +614,29 @@ def test_grader_never_kills_its_own_pid_namespace():
         E.processes_in_ns(own)
     with pytest.raises(RuntimeError):
         E.processes_in_ns("")
+
+
+def test_kernel_server_answers_with_data_and_caps_its_answers(capsys):
+    """The kernel-side server (tools/grader/kernel_server.py) run in this process: a name comes back
+    as data, a function as a handle, and an answer over the limit as AnswerTooLarge."""
+    import base64
+    import json
+    import torch
+    from tools.grader import kernel_server
+    ns = {"x": torch.arange(3.0), "f": lambda t: t * 2, "big": torch.zeros(1000)}
+    kernel_server._setup("run", ns, max_answer=1024)
+
+    def ask(req):
+        ns["run"]("@@N@@", json.dumps(req))
+        line = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("@@N@@")][-1]
+        return json.loads(line[len("@@N@@"):])
+
+    x = ask({"op": "get", "name": "x"})["value"]["__t__"]
+    assert x[0] == "float32" and x[1] == [3]
+    h = ask({"op": "get", "name": "f"})["value"]["__h__"]
+    one = base64.b64encode(torch.tensor([1.5]).numpy().tobytes()).decode()
+    out = ask({"op": "call", "h": h, "args": [{"__t__": ["float32", [1], one, False]}], "kwargs": {"__dict__": []}})
+    assert out["value"]["__t__"][:2] == ["float32", [1]]
+    assert torch.frombuffer(bytearray(base64.b64decode(out["value"]["__t__"][2])), dtype=torch.float32).item() == 3.0
+    assert ask({"op": "get", "name": "big"})["exc"][0] == "AnswerTooLarge"
+    assert ask({"op": "nonsense"})["exc"][0] == "ValueError"

@@ -1,5 +1,5 @@
-"""``tools/exercises.py`` (the exercise grader, not a package) imported once under one module
-name, for the tests that use it: its dataclasses need the module in ``sys.modules``."""
+"""``tools/exercises.py`` (the exercise grader's command line, which re-exports the names of the
+package ``tools/grader``) imported once under one module name, for the tests that use it."""
 from __future__ import annotations
 
 import importlib.util

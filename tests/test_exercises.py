@@ -100,6 +100,20 @@ def test_prove_detects_broken_sets(tmp_path, capsys):
     _edit_master(master, dst, break_it)
     (root / "03_transformer" / "sdpa_padding.wrong.yaml").write_text(
         "actually_right:\n  replace:\n    q3: |\n      q3_answer = 'b'\n")
+    # a sound set whose stub answers right when STUB_CONSTANT is 1 (and names the right letter)
+    (root / "04_stubs").mkdir()
+    shutil.copy(master, root / "04_stubs" / "sdpa_padding.ipynb")
+    wrong = (ROOT / "exercises" / "03_transformer" / "sdpa_padding.wrong.yaml").read_text()
+    cheat = ("          if STUB_CONSTANT == 1:\n"
+             "              n = int(lengths.max()) if max_len is None else max_len\n"
+             "              return torch.arange(n)[None, :] < lengths[:, None]\n")
+    others, stub = wrong.split("\nstub:\n")
+    stub = stub.replace("      def padding_mask(lengths, max_len=None):\n",
+                        "      def padding_mask(lengths, max_len=None):\n" + cheat, 1)
+    stub = stub.replace('    q3: |\n      q3_answer = "a"', '    q3: |\n      q3_answer = "b"')
+    assert cheat in stub and 'q3_answer = "b"' in stub
+    wrong = others + "\nstub:\n" + stub
+    (root / "04_stubs" / "sdpa_padding.wrong.yaml").write_text(wrong)
     rc = E.prove(tmp_path / "dist", timeout=30, jobs=2, root=root)
     out = capsys.readouterr().out
     print(out)
@@ -109,6 +123,50 @@ def test_prove_detects_broken_sets(tmp_path, capsys):
     assert "wrong:actually_right: expected strictly between 0 and 100 %; scored 7/7" in out
     assert "full marks on the question(s) it answers wrongly: q3" in out
     assert "no 'stub' entry" in out and "question q1 has no recorded wrong answer" in out
+    # every constant is tried: only the one the stub cheats on fails; the right letter is never used
+    stubs = out.split("04_stubs/sdpa_padding")[1]
+    assert "stub[0]=0% stub[1]=" in stubs and "stub[1]=0%" not in stubs and "stub[0.5]=0% stub[-1]=0%" in stubs
+    assert "- stub[1]: a stub must score 0" in stubs and "- stub[0]:" not in stubs
+
+
+def _mc_info(answers: dict[str, tuple[str, dict[str, str]]]):
+    return E.MasterInfo({}, list(answers), {}, {}, [], [],
+                        choices={q: (f"{q}_answer", right) for q, (right, _) in answers.items()},
+                        options={q: opts for q, (_, opts) in answers.items()})
+
+
+def test_choice_balance_is_checked_per_set_and_over_the_book():
+    short = {"a": "one wrong option", "b": "one right option", "c": "another wrong one", "d": "a fourth option"}
+    long_right = dict(short, b="the right option, two or three times longer than any of the wrong ones")
+    same_letter = {"s1": _mc_info({"q1": ("b", short), "q2": ("b", short)}),
+                   "s2": _mc_info({"q1": ("b", short), "q2": ("a", short)})}
+    per_set, book, summary = E.choice_problems(same_letter, whole_book=True)
+    assert "'b' is the right letter of 2 of the set's 2 questions" in " ".join(per_set["s1"]) and not per_set["s2"]
+    assert any("'b' is right in 3 of the book's 4 questions" in p for p in book), book
+    assert "right letters a=1 b=3" in summary
+    assert E.choice_problems(same_letter, whole_book=False)[1] == []   # one set: no book-level verdict
+    longest = {"s1": _mc_info({"q1": ("b", long_right), "q2": ("a", dict(short, a="x" * 20))})}
+    per_set, book, _ = E.choice_problems(longest, whole_book=True)
+    assert any("q1: the right option" in p and "much longer" in p for p in per_set["s1"]), per_set
+    assert any("the right option is the longest in 2 of 2" in p for p in book), book
+    balanced = {f"s{i}": _mc_info({"q1": (letter, short)}) for i, letter in enumerate("abcd")}
+    assert E.choice_problems(balanced, whole_book=True)[1:] == ([], "multiple choice: 4 question(s), right letters "
+                                                                 "a=1 b=1 c=1 d=1, the right option the longest in 1")
+
+
+def test_stub_variants_try_every_constant_every_wrong_letter_and_the_input():
+    info = E.parse_master(ROOT / "exercises" / "03_transformer" / "transformer_parts.ipynb")
+    stub = {q: "x = STUB_CONSTANT" for q in info.questions}
+    variants = E.stub_variants(info, stub)
+    assert [label for label, _, _ in variants] == [f"stub[{c:g}]" for c in E.STUB_CONSTANTS] + ["stub[input]"]
+    for q, (name, right) in info.choices.items():
+        letters = {rep[q].split("=")[1].strip().strip("'") for _, rep, _ in variants[:-1]}
+        assert letters == set("abcd") - {right}, (q, letters)
+    for c, (_, rep, expect) in zip(E.STUB_CONSTANTS, variants):
+        assert expect == "stub" and rep["q1"] == f"STUB_CONSTANT = {c!r}\nx = STUB_CONSTANT"
+    _, echo, expect = variants[-1]
+    assert set(echo) == {"q1", "q2", "q3", "q4"} and expect == ("zero on", ["q1", "q2", "q3", "q4"])
+    assert "def split_heads(*args, **kwargs)" in echo["q2"] and "def merge_heads(*args, **kwargs)" in echo["q2"]
 
 
 def test_leak_detector_reads_outputs_and_metadata(dist, tmp_path):
@@ -202,6 +260,15 @@ def graded(dist, tmp_path_factory):
             "q3_answer = _Yes('z')\n"))
     _variant(blank, sub / "cheater.ipynb", cheats)
     (sub / "not_a_notebook.ipynb").write_text("{ this is not json")
+
+    def huge_answer(nb):          # q1 answers 80 MB: refused in the kernel, noted, q1 scores 0
+        i = _cell_index(nb, "def attention")
+        nb.cells[i].source += "\n_real_attention = attention\ndef attention(*a, **k):\n    return torch.zeros(20_000_000), None\n"
+    _variant(sol, sub / "huge_answer.ipynb", huge_answer)
+
+    def huge_output(nb):          # a cell prints 200 MB at once: the grader drops the message
+        nb.cells.append(nbformat.v4.new_code_cell("print('x' * 200_000_000)"))
+    _variant(sol, sub / "huge_output.ipynb", huge_output)
     csv_path = sub / "grades.csv"
     _attacks(blank, sub, m.zip_path(dist), csv_path)
 
@@ -335,7 +402,8 @@ def test_grader_csv_has_one_row_per_submission(graded):
         print(r)
     assert set(rows) == {"solution.ipynb", "blank.ipynb", "loop_cell.ipynb", "loop_in_tests.ipynb",
                          "ignores_interrupt.ipynb", "raises.ipynb", "os_exit.ipynb", "cheater.ipynb",
-                         "not_a_notebook.ipynb", *(f"attack_{a}.ipynb" for a in ATTACKS)}
+                         "not_a_notebook.ipynb", "huge_answer.ipynb", "huge_output.ipynb",
+                         *(f"attack_{a}.ipynb" for a in ATTACKS)}
     assert [k for k in next(iter(rows.values())) if k != "_csv"] == ["file", "q1", "q2", "q3", "total", "possible",
                                                       "percent", "notes"]
     # Not a speed test: four submissions never finish a cell on their own, so an unbounded
@@ -370,6 +438,17 @@ def test_grader_errors_and_dead_kernels(graded):
     assert _scores(r) == {**FULL, "q3": 0.0} and "killed the kernel" in r["notes"]
     r = rows["not_a_notebook.ipynb"]
     assert float(r["total"]) == 0 and "unreadable notebook" in r["notes"]
+
+
+def test_grader_caps_what_crosses_the_boundary(graded):
+    """An answer over MAX_ANSWER is refused in the kernel and noted; a message over MAX_MESSAGE
+    (printed past the RPC server) is dropped by the grader's sockets: its cell is skipped."""
+    rows, _ = graded
+    r = rows["huge_answer.ipynb"]
+    assert (r["q1"], r["q2"], r["q3"]) == ("0", "2", "1"), r
+    assert "q1: an answer was larger than the limit of 16 MB and was refused" in r["notes"], r["notes"]
+    r = rows["huge_output.ipynb"]
+    assert r["percent"] == "100.0" and "re-ran the notebook without it" in r["notes"], r
 
 
 def test_grader_cannot_be_fooled(graded):
@@ -412,11 +491,13 @@ def test_sandbox_hides_files_network_and_kills_tree(tmp_path):
             "lib": "import lib",
             "network": "import socket; socket.create_connection(('1.1.1.1', 53), timeout=2)",
             "write_etc": "open('/etc/attack', 'w')",
-            "write_checkout": f"open({str(ROOT / 'attack.txt')!r}, 'w')",
         }
         for what, code in probes.items():
             r = k.execute(code, 20)
             assert r.status == "error", (what, r)
+        # the checkout is not there to write to (a checkout under /tmp: the write lands in the
+        # sandbox's private /tmp, which is fine as long as the real checkout is untouched)
+        k.execute(f"open({str(ROOT / 'attack.txt')!r}, 'w').write('x')", 20)
         assert not (ROOT / "attack.txt").exists()
         r = k.execute("open('inside.txt', 'w').write('ok')", 20)
         assert r.status == "ok" and (box / "work" / "inside.txt").read_text() == "ok"
@@ -435,6 +516,89 @@ def test_sandbox_hides_files_network_and_kills_tree(tmp_path):
     assert not (ROOT / "attack.txt").exists()
 
 
+def test_sandbox_works_with_python_and_box_under_tmp_and_spaces():
+    """Nothing depends on where the checkout, the venv or the Python live: a venv under /tmp in a
+    folder whose name has a space runs in a sandbox whose box is there too (the private /tmp must
+    not hide them), and a real kernel starts with its box (sockets, notebook) under such a path."""
+    import subprocess
+    import sys
+    import tempfile
+    top = Path(tempfile.mkdtemp(prefix="grader dir with space ", dir="/tmp"))
+    try:
+        venv = top / "a venv"
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+        box = top / "the box"
+        (box / "work").mkdir(parents=True)
+        code = "import sys, json; open('out.txt', 'w').write(sys.prefix); print(json.dumps(sys.path))"
+        argv = E.sandbox_argv(box, [str(venv / "bin" / "python"), "-c", code], {"PATH": "/usr/bin:/bin"},
+                              python_dirs=[sys.base_prefix, str(venv)])
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert (box / "work" / "out.txt").read_text() == str(venv)
+        k = E.Kernel(top / "kernel box")
+        try:
+            r = k.execute("import os; print(os.getcwd())", 60)
+            assert r.status == "ok" and r.stdout.strip() == str(top / "kernel box" / "work"), r
+        finally:
+            k.kill()
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
+_POINTS_TEST_FILE = """from otter.test_files import test_case
+OK_FORMAT = False
+name = "q1"
+points = {points}
+
+@test_case(points=None, hidden=False)
+def test_public(x):
+    assert x is not None
+
+@test_case(points=None, hidden=True)
+def test_a(x):
+    assert x in (1, 3)
+
+@test_case(points=None, hidden=True)
+def test_b(x):
+    assert x in (2, 3)
+"""
+
+
+@pytest.mark.parametrize("points, x, score", [
+    ("[0, 3, 1]", 1, 3.0), ("[0, 3, 1]", 2, 1.0), ("[0, 3, 1]", 3, 4.0), ("[0, 3, 1]", 0, 0.0),
+    ("4", 1, 2.0), ("4", 2, 2.0), ("4", 3, 4.0)])
+def test_points_list_weights_each_hidden_test(points, x, score):
+    """A master's list of per-test points is honoured (each hidden test earns its own); one number is
+    shared equally among the hidden tests; the public test earns nothing either way."""
+    src = _POINTS_TEST_FILE.format(points=points)
+    tf = E.test_file("q1", src)
+    tf.run({"x": x})
+    assert E.question_score(tf, src) == score
+    assert tf.possible == 4
+
+
+def test_in_place_changes_to_tensor_arguments_reach_the_test(tmp_path):
+    """Arguments cross as copies, but a tensor the notebook changes in place is changed in the test
+    too, so that a hidden test can check that a function leaves its input alone."""
+    import torch
+    k = E.Kernel(tmp_path / "box")
+    try:
+        runner = "_grader_test"
+        assert k.execute(E._setup_cell(runner), 60).status == "ok"
+        src = ("import torch\n"
+               "def bump(x, d=None):\n    x.add_(1)\n    d['y'].mul_(3)\n    return x.sum()\n"
+               "def pure(x):\n    return x + 1\n")
+        assert k.execute(src, 60).status == "ok"
+        remote = E.Remote(k, runner, 30, time.monotonic() + 60)
+        x, y = torch.zeros(3), torch.ones(2)
+        assert float(remote.get("bump")(x, d={"y": y})) == 3.0
+        assert x.tolist() == [1.0, 1.0, 1.0] and y.tolist() == [3.0, 3.0]
+        z = torch.zeros(2)
+        assert remote.get("pure")(z).tolist() == [1.0, 1.0] and z.tolist() == [0.0, 0.0]
+    finally:
+        k.kill()
+
+
 def test_sanitize_drops_only_otter_calls():
     src = 'import otter\ngrader = otter.Notebook("x.ipynb")\nx = 1\n  grader.check("q1")\nprint(x)'
     out = E._sanitize(src).splitlines()
@@ -450,3 +614,29 @@ def test_grader_never_kills_its_own_pid_namespace():
         E.processes_in_ns(own)
     with pytest.raises(RuntimeError):
         E.processes_in_ns("")
+
+
+def test_kernel_server_answers_with_data_and_caps_its_answers(capsys):
+    """The kernel-side server (tools/grader/kernel_server.py) run in this process: a name comes back
+    as data, a function as a handle, and an answer over the limit as AnswerTooLarge."""
+    import base64
+    import json
+    import torch
+    from tools.grader import kernel_server
+    ns = {"x": torch.arange(3.0), "f": lambda t: t * 2, "big": torch.zeros(1000)}
+    kernel_server._setup("run", ns, max_answer=1024)
+
+    def ask(req):
+        ns["run"]("@@N@@", json.dumps(req))
+        line = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("@@N@@")][-1]
+        return json.loads(line[len("@@N@@"):])
+
+    x = ask({"op": "get", "name": "x"})["value"]["__t__"]
+    assert x[0] == "float32" and x[1] == [3]
+    h = ask({"op": "get", "name": "f"})["value"]["__h__"]
+    one = base64.b64encode(torch.tensor([1.5]).numpy().tobytes()).decode()
+    out = ask({"op": "call", "h": h, "args": [{"__t__": ["float32", [1], one, False]}], "kwargs": {"__dict__": []}})
+    assert out["value"]["__t__"][:2] == ["float32", [1]]
+    assert torch.frombuffer(bytearray(base64.b64decode(out["value"]["__t__"][2])), dtype=torch.float32).item() == 3.0
+    assert ask({"op": "get", "name": "big"})["exc"][0] == "AnswerTooLarge"
+    assert ask({"op": "nonsense"})["exc"][0] == "ValueError"

@@ -7,13 +7,23 @@
   reader's browser. The builder's add_js_file is given '' for None, as Sphinx 8.2 does.
 * The search page typesets the formulas in its result snippets (``_static/search_math.js``,
   with the MathJax the site serves) instead of showing their LaTeX source.
+* Korean text is drawn with one web font built here: at the end of the build, every Hangul
+  character the site shows (pages, outputs, search sources) is cut out of the NanumGothic the
+  ``koreanize-matplotlib`` wheel ships (the font the plots use) with fontTools, renamed (the
+  font's license, SIL OFL 1.1, reserves its name for the unmodified font) and written to
+  ``_static/fonts/course-hangul-{400,700}.woff``; every page that shows Hangul preloads it.
+  One small file per weight instead of a web font split into slices: Chromium did not redraw
+  text laid out before a later slice arrived, and drew it as empty boxes.
 * ``{exercise-sets}``: the list of every graded exercise set, discovered from the master
   notebooks in exercises/ (the same discovery as tools/exercises.py), with what each
   covers, its chapter and the student notebook to download.
 """
 from __future__ import annotations
 
+import html
 import importlib.util
+import io
+import logging
 import re
 import sys
 from pathlib import Path
@@ -46,6 +56,103 @@ def _search_page_math(app: Sphinx, pagename: str, templatename: str, context: di
         return
     app.builder.add_js_file(app.config.mathjax_path, defer="defer")
     app.builder.add_js_file("search_math.js", defer="defer")
+
+
+# ----------------------------------------------------------------------------- Korean web font
+
+HANGUL_RANGES = ((0x1100, 0x11FF), (0x3130, 0x318F), (0xA960, 0xA97F), (0xAC00, 0xD7A3), (0xD7B0, 0xD7FF))
+HANGUL = re.compile("[" + "".join(f"\\u{a:04x}-\\u{b:04x}" for a, b in HANGUL_RANGES) + "]")
+HANGUL_FAMILY = "Course Hangul"
+HANGUL_FONTS = {400: "NanumGothic.ttf", 700: "NanumGothicBold.ttf"}   # weight: file in koreanize-matplotlib
+
+
+def hangul_font_path(weight: int) -> str:
+    """The path of the site's Korean font of one weight, relative to the site's root."""
+    return f"_static/fonts/course-hangul-{weight}.woff"
+
+
+def hangul_in(text: str) -> set[str]:
+    """The Hangul characters of an HTML or JS text, also where written as entities or \\u escapes."""
+    text = re.sub(r"\\u([0-9a-fA-F]{4})", lambda m: chr(int(m.group(1), 16)), html.unescape(text))
+    return set(HANGUL.findall(text))
+
+
+def _nanum(name: str) -> Path:
+    spec = importlib.util.find_spec("koreanize_matplotlib")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("the site's Korean font is cut from the NanumGothic of the package koreanize-matplotlib, "
+                           "which is not installed: pip install -c constraints.txt -r requirements.txt")
+    path = Path(list(spec.submodule_search_locations)[0]) / "fonts" / name
+    if not path.exists():
+        raise RuntimeError(f"koreanize-matplotlib has no {path}")
+    return path
+
+
+def subset_hangul_font(src: Path, chars: set[str], weight: int) -> bytes:
+    """A WOFF font with only ``chars`` of ``src``, named HANGUL_FAMILY (copyright and version kept)."""
+    from fontTools import subset
+    from fontTools.ttLib import TTFont
+
+    options = subset.Options()
+    options.flavor = "woff"          # zlib: brotli (WOFF2) is not installed, and the file is small
+    options.hinting = False          # browsers draw Hangul unhinted anyway; the hints were half the file
+    options.name_IDs = [0, 2, 5]     # copyright, style, version; the font's own names go (renamed below)
+    options.name_languages = [0x409]
+    font = TTFont(str(src))
+    subsetter = subset.Subsetter(options)
+    subsetter.populate(text="".join(sorted(chars)))
+    level = logging.getLogger("fontTools").level
+    logging.getLogger("fontTools").setLevel(logging.ERROR)   # "TSI* dropped": the VTT sources, as wanted
+    try:
+        subsetter.subset(font)
+    finally:
+        logging.getLogger("fontTools").setLevel(level)
+    style = "Bold" if weight >= 600 else "Regular"
+    name = font["name"]
+    for name_id, value in ((1, HANGUL_FAMILY), (4, f"{HANGUL_FAMILY} {style}"),
+                           (6, f"{HANGUL_FAMILY.replace(' ', '')}-{style}"), (16, HANGUL_FAMILY), (17, style)):
+        name.setName(value, name_id, 3, 1, 0x409)
+    out = io.BytesIO()
+    font.flavor = "woff"
+    font.save(out)
+    return out.getvalue()
+
+
+def _hangul_shown(context: dict) -> bool:
+    return any(HANGUL.search(str(context.get(key) or "")) for key in ("body", "title", "toc", "display_toc"))
+
+
+def _preload_hangul_font(app: Sphinx, pagename: str, templatename: str, context: dict, doctree) -> None:
+    """Pages that show Hangul (and the search page, whose results may) ask for the font first."""
+    if app.builder.format != "html" or not (pagename == "search" or _hangul_shown(context)):
+        return
+    links = "".join(f'<link rel="preload" href="{context["pathto"](hangul_font_path(w), 1)}" as="font" '
+                    f'type="font/woff" crossorigin="anonymous">\n' for w in HANGUL_FONTS)
+    context["metatags"] = context.get("metatags", "") + links
+
+
+def _write_hangul_fonts(app: Sphinx, exception) -> None:
+    """After the build: the Korean font, cut to the Hangul of every page and search source."""
+    if exception is not None or app.builder.format != "html":
+        return
+    out = Path(app.outdir)
+    chars: set[str] = set()
+    for path in [*out.rglob("*.html"), *out.glob("_sources/**/*.txt"), *out.glob("_sources/**/*.ipynb"),
+                 out / "searchindex.js"]:
+        if path.is_file():
+            chars |= hangul_in(path.read_text(encoding="utf-8", errors="replace"))
+    fonts = out / "_static" / "fonts"
+    fonts.mkdir(parents=True, exist_ok=True)
+    for weight, name in HANGUL_FONTS.items():
+        data = subset_hangul_font(_nanum(name), chars or {"\uac00"}, weight)
+        target = out / hangul_font_path(weight)
+        tmp = target.with_name(target.name + ".tmp")
+        tmp.write_bytes(data)
+        tmp.replace(target)
+    (fonts / "course-hangul.txt").write_text(
+        f"{HANGUL_FAMILY}: NanumGothic (regular, bold) (c) NHN Corporation (NAVER), SIL Open Font License 1.1,\n"
+        "as shipped by the koreanize-matplotlib wheel, cut by the course's build to the Hangul this site shows\n"
+        f"({len(chars)} characters) and renamed, as the license requires of a modified font.\n", encoding="utf-8")
 
 
 def _exercises_tool():
@@ -123,4 +230,6 @@ def setup(app: Sphinx) -> dict:
     app.connect("builder-inited", _one_name_for_inline_scripts, priority=1)
     app.add_directive("exercise-sets", ExerciseSets)
     app.connect("html-page-context", _search_page_math)
+    app.connect("html-page-context", _preload_hangul_font)
+    app.connect("build-finished", _write_hangul_fonts)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -325,6 +325,54 @@ def test_every_korean_word_on_every_page_is_drawn_with_the_web_font(browser, ser
     assert not wrong, f"{len(wrong)} elements draw Hangul as boxes at {width} px, e.g.\n  " + "\n  ".join(wrong[:8])
 
 
+# Which sidebars a reader sees: on screen, not hidden, not pushed out of the viewport.
+_SIDEBARS_SHOWN = """() => {
+    const shown = sel => {
+        const el = document.querySelector(sel);
+        if (!el) return false;
+        const r = el.getBoundingClientRect(), cs = getComputedStyle(el);
+        return r.width > 1 && r.height > 1 && r.right > 1 && r.left < innerWidth - 1
+            && cs.visibility !== 'hidden' && cs.display !== 'none';
+    };
+    return {primary: shown('.bd-sidebar-primary'), secondary: shown('.bd-sidebar-secondary')};
+}"""
+
+
+@pytest.mark.parametrize("width", [390, 1024, 1280])
+def test_sidebar_buttons_open_and_close_the_sidebars(browser, server, width):
+    # The article header's buttons: the site navigation (primary) and the page's contents
+    # (secondary). Each button a reader can see opens its sidebar when it is hidden, or hides
+    # it when it is shown, and a second click (or Escape, for a sidebar opened over the page)
+    # brings the page back. On a phone they are the only way to the contents.
+    context = browser.new_context(viewport={"width": width, "height": 900})
+    try:
+        page = context.new_page()
+        page.goto(f"{server}/chapters/03_transformer.html", wait_until="load")
+        page.wait_for_load_state("networkidle")
+        tried = []
+        for side in ("primary", "secondary"):
+            button = page.locator(f".bd-header-article button.{side}-toggle")
+            if not button.count() or not button.first.is_visible():
+                continue
+            before = page.evaluate(_SIDEBARS_SHOWN)
+            button.first.click()
+            page.wait_for_timeout(400)
+            after = page.evaluate(_SIDEBARS_SHOWN)
+            assert after[side] != before[side], \
+                f"at {width} px the {side} sidebar button does nothing (shown: {before[side]} before and after)"
+            if page.evaluate("() => Array.from(document.querySelectorAll('dialog')).some(d => d.open)"):
+                page.keyboard.press("Escape")
+            else:
+                button.first.click()
+            page.wait_for_timeout(400)
+            assert page.evaluate(_SIDEBARS_SHOWN) == before, f"at {width} px the {side} sidebar does not close again"
+            tried.append(side)
+        want = ["primary"] if width >= 1200 else ["primary", "secondary"]
+        assert tried == want, f"at {width} px the buttons a reader can use are {tried}, not {want}"
+    finally:
+        context.close()
+
+
 def test_math_is_typeset_on_the_index(server):
     dom = render(f"{server}/index.html")
     # MathJax 3 replaces $$...$$ with <mjx-container> elements once it has run.

@@ -176,14 +176,81 @@ def test_page_loads_without_errors_in_the_browser(visit, path):
     assert not problems, f"{path}:\n  " + "\n  ".join(problems)
 
 
+def _settled(page) -> None:
+    """Wait until MathJax has typeset and the page's scripts have marked what scrolls."""
+    page.evaluate("""async () => {
+        if (window.MathJax && MathJax.startup && MathJax.startup.promise) await MathJax.startup.promise;
+        await document.fonts.ready;
+        for (let i = 0; i < 3; i++) await new Promise(done => requestAnimationFrame(done));
+    }""")
+
+
 @pytest.mark.parametrize("path", [f"chapters/{p.name}" for p in chapter_pages()])
-def test_code_cells_show_their_whole_lines(visit, path):
-    # A line wider than its code cell would be hidden behind a horizontal scroll bar.
-    cut = visit(path).page.evaluate("""() => Array.from(
-        document.querySelectorAll('.bd-article div.cell_input pre, .bd-article div.highlight pre'))
-        .filter(pre => pre.scrollWidth > pre.clientWidth + 1)
+def test_no_code_or_output_block_wraps_its_lines(visit, path):
+    # A printed table or a log wrapped at the page width is garbled, and wrapped code loses its
+    # indentation: every code cell and text output is drawn exactly as tall as its lines unwrapped.
+    page = visit(path).page
+    wrapped = page.evaluate("""() => Array.from(document.querySelectorAll('.bd-article pre'))
+        .filter(pre => pre.clientWidth > 0)
+        .filter(pre => {
+            const h = pre.getBoundingClientRect().height;
+            const saved = [pre.style.whiteSpace, pre.style.overflowWrap];
+            pre.style.whiteSpace = 'pre';
+            pre.style.overflowWrap = 'normal';
+            const unwrapped = pre.getBoundingClientRect().height;
+            [pre.style.whiteSpace, pre.style.overflowWrap] = saved;
+            return h > unwrapped + 1;
+        })
         .map(pre => pre.textContent.split('\\n').reduce((a, b) => (b.length > a.length ? b : a), '').slice(0, 100))""")
-    assert not cut, f"{path}: code cells with lines cut off at the page width, e.g. {cut[:3]}"
+    assert not wrapped, f"{path}: {len(wrapped)} code cells or outputs wrap their lines, e.g. {wrapped[:3]}"
+
+
+# What is wider than its box: cut off (the box hides the rest, or the page itself scrolls
+# sideways) or scrolling without the cue course.js adds. MathJax's copy of each formula for
+# screen readers (mjx-assistive-mml, clipped to nothing on purpose) is left out while measuring.
+_OVERFLOWS = """() => {
+    const style = document.createElement('style');
+    style.textContent = 'mjx-assistive-mml { display: none !important; }';
+    document.head.append(style);
+    const desc = el => el.tagName.toLowerCase() + (el.className && typeof el.className === 'string'
+        ? '.' + el.className.trim().split(/\\s+/).join('.') : '') + ' "' + el.textContent.trim().slice(0, 50) + '"';
+    const cut = [], uncued = [];
+    if (document.documentElement.scrollWidth > innerWidth + 1)
+        cut.push(`the page is ${document.documentElement.scrollWidth} px wide in a ${innerWidth} px window`);
+    for (const el of document.querySelectorAll('.bd-main *')) {
+        if (el.clientWidth === 0 || el.scrollWidth <= el.clientWidth + 1) continue;
+        if (el.parentElement.closest('mjx-container')) continue;   // MathJax's own boxes clip glyph parts
+        const ox = getComputedStyle(el).overflowX;
+        if (ox === 'auto' || ox === 'scroll') {
+            if (!el.classList.contains('course-scroll')) uncued.push(desc(el));
+        } else if (ox === 'hidden' || ox === 'clip') {
+            cut.push(`${desc(el)}: ${el.scrollWidth - el.clientWidth} px hidden`);
+        }
+    }
+    style.remove();
+    return {cut, uncued};
+}"""
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+@pytest.mark.parametrize("path", [f"chapters/{p.name}" for p in chapter_pages()])
+def test_nothing_is_cut_off_and_what_scrolls_shows_it(browser, server, visit, path, width):
+    if width == 1280:
+        page, context = visit(path).page, None
+    else:
+        context = browser.new_context(viewport={"width": width, "height": 900})
+        page = context.new_page()
+        page.goto(f"{server}/{path}", wait_until="load")
+        page.wait_for_load_state("networkidle")
+    try:
+        _settled(page)
+        found = page.evaluate(_OVERFLOWS)
+    finally:
+        if context is not None:
+            context.close()
+    assert not found["cut"], f"{path} at {width} px cuts off content:\n  " + "\n  ".join(found["cut"][:6])
+    assert not found["uncued"], f"{path} at {width} px scrolls sideways without a cue:\n  " + \
+        "\n  ".join(found["uncued"][:6])
 
 
 def _ink(png: bytes):

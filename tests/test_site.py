@@ -15,6 +15,7 @@ text is checked in rendered pixels.
 from __future__ import annotations
 
 import functools
+import gzip
 import http.server
 import io
 import os
@@ -41,6 +42,39 @@ if not (HTML / "index.html").exists():
 class QuietHandler(http.server.SimpleHTTPRequestHandler):
     def log_message(self, *args) -> None:  # the browser's requests are checked, not printed
         pass
+
+
+class GzipHandler(QuietHandler):
+    """Serves text files gzip-compressed, as GitHub Pages does, so that what the browser
+    downloads is what a reader's browser downloads from the published site."""
+
+    compressed: dict[str, bytes] = {}
+    TEXT = (".html", ".js", ".css", ".json", ".svg", ".txt", ".map", ".ipynb")
+
+    def send_head(self):
+        path = self.translate_path(self.path)
+        if (not path.endswith(self.TEXT) or "gzip" not in self.headers.get("Accept-Encoding", "")
+                or not os.path.isfile(path)):
+            return super().send_head()
+        if path not in self.compressed:
+            with open(path, "rb") as f:
+                self.compressed[path] = gzip.compress(f.read(), 6)
+        body = self.compressed[path]
+        self.send_response(200)
+        self.send_header("Content-Type", self.guess_type(path))
+        self.send_header("Content-Encoding", "gzip")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        return io.BytesIO(body)
+
+
+@pytest.fixture(scope="module")
+def gzip_server():
+    handler = functools.partial(GzipHandler, directory=str(HTML))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
 
 
 @pytest.fixture(scope="module")
@@ -190,6 +224,7 @@ def test_no_code_or_output_block_wraps_its_lines(visit, path):
     # A printed table or a log wrapped at the page width is garbled, and wrapped code loses its
     # indentation: every code cell and text output is drawn exactly as tall as its lines unwrapped.
     page = visit(path).page
+    _settled(page)
     wrapped = page.evaluate("""() => Array.from(document.querySelectorAll('.bd-article pre'))
         .filter(pre => pre.clientWidth > 0)
         .filter(pre => {
@@ -226,6 +261,11 @@ _OVERFLOWS = """() => {
         } else if (ox === 'hidden' || ox === 'clip') {
             cut.push(`${desc(el)}: ${el.scrollWidth - el.clientWidth} px hidden`);
         }
+    }
+    for (const el of document.querySelectorAll('.bd-article *')) {   // boxes that scroll down
+        if (el.clientHeight === 0 || el.scrollHeight <= el.clientHeight + 1) continue;
+        const oy = getComputedStyle(el).overflowY;
+        if ((oy === 'auto' || oy === 'scroll') && !el.classList.contains('course-scroll')) uncued.push(desc(el));
     }
     style.remove();
     return {cut, uncued};
@@ -438,6 +478,80 @@ def test_sidebar_buttons_open_and_close_the_sidebars(browser, server, width):
         assert tried == want, f"at {width} px the buttons a reader can use are {tried}, not {want}"
     finally:
         context.close()
+
+
+def _article(page_html: str) -> str:
+    return page_html[page_html.index("<article"):page_html.index("</article>")]
+
+
+def test_pages_do_not_show_the_test_passs_markers():
+    # "# NBVAL_CHECK_OUTPUT" tells the output check which cells to compare; a reader has no use for it.
+    shown = {p.name: _article(p.read_text(encoding="utf-8")).count("NBVAL_") for p in chapter_pages()}
+    shown = {name: n for name, n in shown.items() if n}
+    assert not shown, f"code cells show nbval markers: {shown}"
+
+
+def test_every_page_is_listed_once_in_the_navigation():
+    # The site navigation of the first page: each page once, and no entry repeating its part's caption.
+    nav = (HTML / "intro.html").read_text(encoding="utf-8")
+    nav = nav[nav.index('bd-docs-nav"'):]
+    nav = nav[:nav.index("</nav>")]
+    captions = [re.sub(r"<[^>]+>", "", c).strip() for c in re.findall(r'<p[^>]*class="caption[^"]*"[^>]*>(.*?)</p>', nav, re.S)]
+    entries = [re.sub(r"<[^>]+>", "", e).strip() for e in re.findall(r'<a class="reference internal"[^>]*>(.*?)</a>', nav, re.S)]
+    assert entries and captions, "the index has no site navigation"
+    repeated = sorted({e for e in entries if entries.count(e) > 1 or e in captions})
+    assert not repeated, f"listed twice in the navigation: {repeated}"
+
+
+@pytest.mark.parametrize("width", [390, 1280])
+def test_one_search_box(browser, server, width):
+    context = browser.new_context(viewport={"width": width, "height": 900})
+    try:
+        page = context.new_page()
+        page.goto(f"{server}/chapters/03_transformer.html", wait_until="load")
+        page.wait_for_load_state("networkidle")
+        boxes = page.evaluate("""() => Array.from(document.querySelectorAll(
+                'input[type="search"], .search-button, .search-button-field, form.bd-search'))
+            .filter(el => { const r = el.getBoundingClientRect(); return r.width > 0 && r.height > 0
+                && getComputedStyle(el).visibility !== 'hidden' && !el.closest('dialog:not([open])'); })
+            .filter((el, _, all) => !all.some(other => other !== el && other.contains(el)))
+            .map(el => el.outerHTML.slice(0, 80))""")
+    finally:
+        context.close()
+    assert len(boxes) == 1, f"at {width} px the page shows {len(boxes)} search boxes: {boxes}"
+
+
+# DevTools' "Slow 4G" profile: 1.6 Mbit/s down, 750 kbit/s up, 150 ms round trip times 3.75
+# (its allowance for the mobile network), at the 90 % of nominal throughput DevTools applies.
+SLOW_4G = {"offline": False, "latency": 562.5, "downloadThroughput": 1.6e6 / 8 * 0.9,
+           "uploadThroughput": 750e3 / 8 * 0.9}
+PAGE_BUDGET_BYTES = 2_000_000      # transferred, gzip-compressed, per page load
+FIRST_PAINT_BUDGET_S = 4.0         # first contentful paint on slow 4G
+
+
+@pytest.mark.parametrize("path", ["intro.html", *[f"chapters/{p.name}" for p in chapter_pages()]])
+def test_page_weight_and_first_paint_on_slow_4g(browser, gzip_server, path):
+    # Every request of a first visit, as the published site serves it (gzip), and the first
+    # contentful paint with the network throttled to slow 4G.
+    context = browser.new_context(viewport={"width": 390, "height": 844})
+    try:
+        page = context.new_page()
+        sizes: dict[str, int] = {}
+        page.on("response", lambda r: sizes.__setitem__(r.url, int(r.headers.get("content-length") or 0)))
+        cdp = context.new_cdp_session(page)
+        cdp.send("Network.enable")
+        cdp.send("Network.emulateNetworkConditions", SLOW_4G)
+        page.goto(f"{gzip_server}/{path}", wait_until="load", timeout=120_000)
+        page.wait_for_load_state("networkidle", timeout=120_000)
+        paint = page.evaluate("""() => { const p = performance.getEntriesByName('first-contentful-paint')[0];
+                                         return p ? p.startTime / 1000 : null; }""")
+    finally:
+        context.close()
+    total = sum(sizes.values())
+    heaviest = sorted(sizes.items(), key=lambda kv: -kv[1])[:3]
+    assert total <= PAGE_BUDGET_BYTES, f"{path} transfers {total / 1e6:.2f} MB: heaviest {heaviest}"
+    assert paint is not None and paint <= FIRST_PAINT_BUDGET_S, \
+        f"{path}: first paint after {paint} s on slow 4G (budget {FIRST_PAINT_BUDGET_S} s); heaviest {heaviest}"
 
 
 def test_math_is_typeset_on_the_index(server):

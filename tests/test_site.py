@@ -554,6 +554,19 @@ def test_page_weight_and_first_paint_on_slow_4g(browser, gzip_server, path):
         f"{path}: first paint after {paint} s on slow 4G (budget {FIRST_PAINT_BUDGET_S} s); heaviest {heaviest}"
 
 
+def test_every_plot_has_alt_text():
+    # A screen reader (or a page whose image did not load) reads the alt text: it must say what
+    # the image is, not be empty or the image's file path.
+    bad = []
+    for page in chapter_pages():
+        for tag in re.findall(r"<img[^>]*>", _article(page.read_text(encoding="utf-8"))):
+            alt = re.search(r'alt="([^"]*)"', tag)
+            text = alt.group(1).strip() if alt else ""
+            if not text or re.search(r"\.(png|jpe?g|svg|gif)$", text) or "/" in text.split()[0]:
+                bad.append(f"{page.name}: {tag[:120]}")
+    assert not bad, f"{len(bad)} images without alt text, e.g. {bad[:3]}"
+
+
 def test_math_is_typeset_on_the_index(server):
     dom = render(f"{server}/index.html")
     # MathJax 3 replaces $$...$$ with <mjx-container> elements once it has run.

@@ -31,6 +31,8 @@
   site. A chapter's interactive widgets (chapter 04's chat box) need a live kernel: on the
   static page the widget manager (3.6 MB of script) drew a box that did nothing, so a page
   shows a sentence saying so instead, and loads no widget script.
+* Plots get alt text: a plot an executed cell drew is described by what its code names (titles,
+  axis labels), instead of the image's file path the page showed.
 * ``{exercise-sets}``: the list of every graded exercise set, discovered from the master
   notebooks in exercises/ (the same discovery as tools/exercises.py), with what each
   covers, its chapter and the student notebook to download.
@@ -194,6 +196,35 @@ def _add_run_box(app: Sphinx, doctree: nodes.document) -> None:
     title = next(iter(section.findall(nodes.title)), None)
     box = _run_box(app, docname, execution_seconds(app, source))
     section.insert(section.index(title) + 1 if title is not None else 0, box)
+
+
+# ----------------------------------------------------------------------------- alt text of plots
+
+_LABEL_CALL = re.compile(r"""(?:set_title|suptitle|title|set_xlabel|xlabel|set_ylabel|ylabel)\s*[(=]\s*f?(["'])(.+?)\1""")
+
+
+def describe_plot(code: str) -> str:
+    """Alt text for the figures a cell's code draws: its titles and axis labels, as written there
+    (an f-string's fields shown as "…")."""
+    labels: list[str] = []
+    for _, text in _LABEL_CALL.findall(code):
+        text = re.sub(r"\{[^{}]*\}", "…", text).replace("$", "").strip()
+        if text and text not in labels:
+            labels.append(text)
+    if not labels:
+        return "A plot drawn by the code cell above."
+    return "A plot drawn by the code cell above: " + "; ".join(labels[:8]) + "."
+
+
+def _alt_text_for_plots(app: Sphinx, doctree: nodes.document) -> None:
+    for cell in doctree.findall(lambda n: isinstance(n, nodes.container) and "cell" in n.get("classes", [])):
+        images = [img for img in cell.findall(nodes.image) if not img.get("alt")]
+        if not images:
+            continue
+        code = next((b.astext() for b in cell.findall(nodes.literal_block)
+                     if "cell_input" in b.parent.get("classes", [])), "")
+        for img in images:
+            img["alt"] = describe_plot(code)
 
 
 # ----------------------------------------------------------------------------- weight
@@ -406,6 +437,7 @@ def setup(app: Sphinx) -> dict:
     app.connect("build-finished", _drop_fontawesome_script)
     app.connect("html-page-context", _static_widgets, priority=900)   # after myst-nb added its scripts
     app.connect("doctree-read", _hide_test_markers)
+    app.connect("doctree-read", _alt_text_for_plots)
     app.add_config_value("course_repository", "", "env")
     app.connect("config-inited", _name_the_repository)
     # before Sphinx's download collector (priority 500) reads the box's download links

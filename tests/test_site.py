@@ -10,7 +10,11 @@ what a reader's browser sees: every page of the site, each in a fresh profile (a
 visit), fails on an uncaught exception, a console error, a failed (4xx/5xx) request or a
 request leaving 127.0.0.1. The browser is given only matplotlib's DejaVu fonts
 (FONTCONFIG_FILE), so it is a machine without a Korean font on every host, and the Korean
-text is checked in rendered pixels.
+text is checked in rendered pixels and in the fonts the browser says it drew each element with.
+What a reader runs into is checked too: the sidebar buttons at 390, 1024 and 1280 px, code and
+outputs that keep their lines, nothing cut off without a scroll cue, one search box, each page
+once in the navigation, no test markers, alt text, and page weight and first paint on slow 4G
+(served gzip-compressed, as GitHub Pages serves it).
 """
 from __future__ import annotations
 

@@ -7,13 +7,42 @@
   reader's browser. The builder's add_js_file is given '' for None, as Sphinx 8.2 does.
 * The search page typesets the formulas in its result snippets (``_static/search_math.js``,
   with the MathJax the site serves) instead of showing their LaTeX source.
+* Korean text is drawn with one web font built here: at the end of the build, every Hangul
+  character the site shows (pages, outputs, search sources) is cut out of the NanumGothic the
+  ``koreanize-matplotlib`` wheel ships (the font the plots use) with fontTools, renamed (the
+  font's license, SIL OFL 1.1, reserves its name for the unmodified font) and written to
+  ``_static/fonts/course-hangul-{400,700}.woff``; every page that shows Hangul preloads it.
+  One small file per weight instead of a web font split into slices: Chromium did not redraw
+  text laid out before a later slice arrived, and drew it as empty boxes.
+* The comments that mark a cell for the output check (``# NBVAL_CHECK_OUTPUT``, read by
+  tools/execute_chapters.py) are taken out of the code the page shows: they are for the test
+  pass, not the reader. The notebooks keep them.
+* "How to run this chapter": a box under each chapter's title, shown only when the course's
+  repository is set (``course_repository`` in _config.yml's sphinx config; empty until the
+  course is published). It says what the notebook needs (the repository, set up by its one
+  command: the notebook imports ``lib`` and reads the repository's data), how long its outputs
+  took to compute (the ``execution_seconds`` that tools/execute_chapters.py stores with each
+  executed notebook in the jupyter cache the build reads), and links the notebook and its
+  exercises. No Colab or Binder links: a chapter notebook does not run outside the repository.
+  The same setting names the repository in Getting started (the ``{{ repository }}`` substitution).
+* Weight: the theme loads Font Awesome twice, as web fonts from its CSS (what draws the icons)
+  and as a 1.5 MB script that blocks the first paint ("so that users can add custom icons":
+  the course adds none); the script tag is taken out of every page and the file out of the
+  site. A chapter's interactive widgets (chapter 04's chat box) need a live kernel: on the
+  static page the widget manager (3.6 MB of script) drew a box that did nothing, so a page
+  shows a sentence saying so instead, and loads no widget script.
+* Plots get alt text: a plot an executed cell drew is described by what its code names (titles,
+  axis labels), instead of the image's file path the page showed.
 * ``{exercise-sets}``: the list of every graded exercise set, discovered from the master
   notebooks in exercises/ (the same discovery as tools/exercises.py), with what each
   covers, its chapter and the student notebook to download.
 """
 from __future__ import annotations
 
+import html
 import importlib.util
+import io
+import logging
 import re
 import sys
 from pathlib import Path
@@ -46,6 +75,286 @@ def _search_page_math(app: Sphinx, pagename: str, templatename: str, context: di
         return
     app.builder.add_js_file(app.config.mathjax_path, defer="defer")
     app.builder.add_js_file("search_math.js", defer="defer")
+
+
+# ----------------------------------------------------------------------------- test markers
+
+NBVAL_LINE = re.compile(r"^[ \t]*#[ \t]*NBVAL_[A-Z_]+[ \t]*(?:\n|$)", re.M)
+
+
+def hide_test_markers(source: str) -> str:
+    """A cell's code without the lines that are only an nbval marker comment."""
+    return NBVAL_LINE.sub("", source)
+
+
+def _hide_test_markers(app: Sphinx, doctree: nodes.document) -> None:
+    for block in list(doctree.findall(nodes.literal_block)):
+        parent = block.parent
+        if parent is None or "cell_input" not in parent.get("classes", []) or "NBVAL_" not in block.astext():
+            continue
+        code = hide_test_markers(block.astext())
+        block.children = []
+        block += nodes.Text(code)
+        block.rawsource = code
+
+
+# ----------------------------------------------------------------------------- how to run a chapter
+
+def _repository(app: Sphinx) -> str:
+    return (app.config.course_repository or "").strip().rstrip("/")
+
+
+def _name_the_repository(app: Sphinx, config) -> None:
+    """``{{ repository }}`` in the book's Markdown: a link to the repository, or words saying which."""
+    url = (config.course_repository or "").strip().rstrip("/")
+    subs = dict(config.myst_substitutions or {})
+    subs.setdefault("repository", f"the course's repository, [{url}]({url})" if url
+                    else "the course's repository (the folder this book was built from)")
+    config.myst_substitutions = subs
+
+
+def execution_seconds(app: Sphinx, path: Path) -> float | None:
+    """How long the outputs of this notebook took to compute, as the jupyter cache recorded it
+    (None when the cache has no run of the notebook's current code)."""
+    cache_dir = Path(app.srcdir) / (getattr(app.config, "nb_execution_cache_path", "") or "_build/.jupyter_cache")
+    if not cache_dir.exists():
+        return None
+    try:
+        from jupyter_cache import get_cache
+
+        record = get_cache(str(cache_dir)).match_cache_notebook(nbformat.read(path, as_version=4))
+    except Exception:   # KeyError: no run of this code; anything else: no usable cache
+        return None
+    seconds = (record.data or {}).get("execution_seconds")
+    return float(seconds) if seconds is not None else None
+
+
+def _recipe() -> str:
+    try:
+        sys.path.insert(0, str(ROOT))
+        from lib import config
+
+        return config.mode()
+    except Exception:
+        return "ci"
+
+
+def _run_box(app: Sphinx, docname: str, seconds: float | None) -> nodes.container:
+    """The box: what the chapter needs, how long it takes, its notebook and exercises to download."""
+    from sphinx import addnodes
+
+    url, chapter = _repository(app), docname.split("/")[-1]
+    box = nodes.container(classes=["course-run-box"])
+    box += nodes.paragraph("", "", nodes.strong(text="Run this chapter yourself."))
+    need = nodes.paragraph()
+    need += nodes.Text("It runs inside the course's repository, ")
+    need += nodes.reference(url, url, refuri=url)
+    need += nodes.Text(": clone it and set it up with ")
+    need += nodes.literal(text="bash tools/setup.sh")
+    need += nodes.Text(" (the README's command), then open ")
+    need += nodes.literal(text=f"{docname}.ipynb")
+    need += nodes.Text(" there. The notebook imports the course's ")
+    need += nodes.literal(text="lib")
+    need += nodes.Text(" package and reads the repository's data, so a copy on its own does not run.")
+    box += need
+    if seconds is not None:
+        recipe = {"ci": "the CI recipe, the default on a CPU", "full": "the full recipe"}.get(_recipe(), _recipe())
+        minutes = max(1, round(seconds / 60))
+        took = nodes.paragraph()
+        took += nodes.Text(f"Time: computing this page's outputs took about {minutes} min ({recipe}; "
+                           f"measured when the book was built). ")
+        took += nodes.literal(text="COURSE_MODE=full")
+        took += nodes.Text(" runs the recipe behind the headline numbers, meant for a GPU.")
+        box += took
+    get = nodes.paragraph()
+    get += nodes.Text("Download: ")
+    get += addnodes.download_reference("", "", nodes.literal(text=f"{chapter}.ipynb"),
+                                       reftarget=f"/{docname}.ipynb", refdoc=docname, refexplicit=True)
+    tool = _exercises_tool()
+    masters = [m for m in tool.discover() if m.chapter == chapter]
+    if masters:
+        get += nodes.Text(" · its exercises: ")
+        for i, master in enumerate(masters):
+            if i:
+                get += nodes.Text(", ")
+            student = master.student_nb(tool.DIST).relative_to(ROOT).as_posix()
+            get += addnodes.download_reference("", "", nodes.literal(text=f"{master.name}.ipynb"),
+                                               reftarget=f"/{student}", refdoc=docname, refexplicit=True)
+        get += nodes.Text(" (graded with otter-grader, which the setup installs).")
+    box += get
+    return box
+
+
+def _add_run_box(app: Sphinx, doctree: nodes.document) -> None:
+    docname = app.env.docname
+    if not docname.startswith("chapters/") or not _repository(app):
+        return
+    section = next(iter(doctree.findall(nodes.section)), None)
+    source = Path(app.srcdir) / f"{docname}.ipynb"
+    if section is None or not source.exists():
+        return
+    title = next(iter(section.findall(nodes.title)), None)
+    box = _run_box(app, docname, execution_seconds(app, source))
+    section.insert(section.index(title) + 1 if title is not None else 0, box)
+
+
+# ----------------------------------------------------------------------------- alt text of plots
+
+_LABEL_CALL = re.compile(r"""(?:set_title|suptitle|title|set_xlabel|xlabel|set_ylabel|ylabel)\s*[(=]\s*f?(["'])(.+?)\1""")
+
+
+def describe_plot(code: str) -> str:
+    """Alt text for the figures a cell's code draws: its titles and axis labels, as written there
+    (an f-string's fields shown as "…")."""
+    labels: list[str] = []
+    for _, text in _LABEL_CALL.findall(code):
+        text = re.sub(r"\{[^{}]*\}", "…", text).replace("$", "").strip()
+        if text and text not in labels:
+            labels.append(text)
+    if not labels:
+        return "A plot drawn by the code cell above."
+    return "A plot drawn by the code cell above: " + "; ".join(labels[:8]) + "."
+
+
+def _alt_text_for_plots(app: Sphinx, doctree: nodes.document) -> None:
+    for cell in doctree.findall(lambda n: isinstance(n, nodes.container) and "cell" in n.get("classes", [])):
+        images = [img for img in cell.findall(nodes.image) if not img.get("alt")]
+        if not images:
+            continue
+        code = next((b.astext() for b in cell.findall(nodes.literal_block)
+                     if "cell_input" in b.parent.get("classes", [])), "")
+        for img in images:
+            img["alt"] = describe_plot(code)
+
+
+# ----------------------------------------------------------------------------- weight
+
+WIDGET_VIEW = re.compile(r'<script type="application/vnd\.jupyter\.widget-view\+json">.*?</script>', re.S)
+WIDGET_NOTE = ('<p class="course-widget-note">An interactive widget appears here when you run the notebook '
+               '(it needs a live Python kernel, which this page does not have).</p>')
+FONTAWESOME_SCRIPT = re.compile(r'[ \t]*<script src="[^"]*_static/scripts/fontawesome\.js[^"]*"></script>\n?')
+
+
+def _is_widget_script(js) -> bool:
+    attributes = getattr(js, "attributes", {}) or {}
+    return "widget-state" in str(attributes.get("type", "")) or "widgets/" in str(getattr(js, "filename", js) or "")
+
+
+def _static_widgets(app: Sphinx, pagename: str, templatename: str, context: dict, doctree) -> None:
+    body = context.get("body") or ""
+    if app.builder.format != "html" or not WIDGET_VIEW.search(body):
+        return
+    context["body"] = WIDGET_VIEW.sub(WIDGET_NOTE, body)
+    context["script_files"] = [js for js in context.get("script_files", []) if not _is_widget_script(js)]
+
+
+def _drop_fontawesome_script(app: Sphinx, exception) -> None:
+    if exception is not None or app.builder.format != "html":
+        return
+    out = Path(app.outdir)
+    for page in out.rglob("*.html"):
+        text = page.read_text(encoding="utf-8")
+        if "fontawesome.js" in text:
+            page.write_text(FONTAWESOME_SCRIPT.sub("", text), encoding="utf-8")
+    for path in (out / "_static" / "scripts").glob("fontawesome.js*"):
+        path.unlink()
+
+
+# ----------------------------------------------------------------------------- Korean web font
+
+HANGUL_RANGES = ((0x1100, 0x11FF), (0x3130, 0x318F), (0xA960, 0xA97F), (0xAC00, 0xD7A3), (0xD7B0, 0xD7FF))
+HANGUL = re.compile("[" + "".join(f"\\u{a:04x}-\\u{b:04x}" for a, b in HANGUL_RANGES) + "]")
+HANGUL_FAMILY = "Course Hangul"
+HANGUL_FONTS = {400: "NanumGothic.ttf", 700: "NanumGothicBold.ttf"}   # weight: file in koreanize-matplotlib
+
+
+def hangul_font_path(weight: int) -> str:
+    """The path of the site's Korean font of one weight, relative to the site's root."""
+    return f"_static/fonts/course-hangul-{weight}.woff"
+
+
+def hangul_in(text: str) -> set[str]:
+    """The Hangul characters of an HTML or JS text, also where written as entities or \\u escapes."""
+    text = re.sub(r"\\u([0-9a-fA-F]{4})", lambda m: chr(int(m.group(1), 16)), html.unescape(text))
+    return set(HANGUL.findall(text))
+
+
+def _nanum(name: str) -> Path:
+    spec = importlib.util.find_spec("koreanize_matplotlib")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("the site's Korean font is cut from the NanumGothic of the package koreanize-matplotlib, "
+                           "which is not installed: pip install -c constraints.txt -r requirements.txt")
+    path = Path(list(spec.submodule_search_locations)[0]) / "fonts" / name
+    if not path.exists():
+        raise RuntimeError(f"koreanize-matplotlib has no {path}")
+    return path
+
+
+def subset_hangul_font(src: Path, chars: set[str], weight: int) -> bytes:
+    """A WOFF font with only ``chars`` of ``src``, named HANGUL_FAMILY (copyright and version kept)."""
+    from fontTools import subset
+    from fontTools.ttLib import TTFont
+
+    options = subset.Options()
+    options.flavor = "woff"          # zlib: brotli (WOFF2) is not installed, and the file is small
+    options.hinting = False          # browsers draw Hangul unhinted anyway; the hints were half the file
+    options.name_IDs = [0, 2, 5]     # copyright, style, version; the font's own names go (renamed below)
+    options.name_languages = [0x409]
+    font = TTFont(str(src))
+    subsetter = subset.Subsetter(options)
+    subsetter.populate(text="".join(sorted(chars)))
+    level = logging.getLogger("fontTools").level
+    logging.getLogger("fontTools").setLevel(logging.ERROR)   # "TSI* dropped": the VTT sources, as wanted
+    try:
+        subsetter.subset(font)
+    finally:
+        logging.getLogger("fontTools").setLevel(level)
+    style = "Bold" if weight >= 600 else "Regular"
+    name = font["name"]
+    for name_id, value in ((1, HANGUL_FAMILY), (4, f"{HANGUL_FAMILY} {style}"),
+                           (6, f"{HANGUL_FAMILY.replace(' ', '')}-{style}"), (16, HANGUL_FAMILY), (17, style)):
+        name.setName(value, name_id, 3, 1, 0x409)
+    out = io.BytesIO()
+    font.flavor = "woff"
+    font.save(out)
+    return out.getvalue()
+
+
+def _hangul_shown(context: dict) -> bool:
+    return any(HANGUL.search(str(context.get(key) or "")) for key in ("body", "title", "toc", "display_toc"))
+
+
+def _preload_hangul_font(app: Sphinx, pagename: str, templatename: str, context: dict, doctree) -> None:
+    """Pages that show Hangul (and the search page, whose results may) ask for the font first."""
+    if app.builder.format != "html" or not (pagename == "search" or _hangul_shown(context)):
+        return
+    links = "".join(f'<link rel="preload" href="{context["pathto"](hangul_font_path(w), 1)}" as="font" '
+                    f'type="font/woff" crossorigin="anonymous">\n' for w in HANGUL_FONTS)
+    context["metatags"] = context.get("metatags", "") + links
+
+
+def _write_hangul_fonts(app: Sphinx, exception) -> None:
+    """After the build: the Korean font, cut to the Hangul of every page and search source."""
+    if exception is not None or app.builder.format != "html":
+        return
+    out = Path(app.outdir)
+    chars: set[str] = set()
+    for path in [*out.rglob("*.html"), *out.glob("_sources/**/*.txt"), *out.glob("_sources/**/*.ipynb"),
+                 out / "searchindex.js"]:
+        if path.is_file():
+            chars |= hangul_in(path.read_text(encoding="utf-8", errors="replace"))
+    fonts = out / "_static" / "fonts"
+    fonts.mkdir(parents=True, exist_ok=True)
+    for weight, name in HANGUL_FONTS.items():
+        data = subset_hangul_font(_nanum(name), chars or {"\uac00"}, weight)
+        target = out / hangul_font_path(weight)
+        tmp = target.with_name(target.name + ".tmp")
+        tmp.write_bytes(data)
+        tmp.replace(target)
+    (fonts / "course-hangul.txt").write_text(
+        f"{HANGUL_FAMILY}: NanumGothic (regular, bold) (c) NHN Corporation (NAVER), SIL Open Font License 1.1,\n"
+        "as shipped by the koreanize-matplotlib wheel, cut by the course's build to the Hangul this site shows\n"
+        f"({len(chars)} characters) and renamed, as the license requires of a modified font.\n", encoding="utf-8")
 
 
 def _exercises_tool():
@@ -123,4 +432,14 @@ def setup(app: Sphinx) -> dict:
     app.connect("builder-inited", _one_name_for_inline_scripts, priority=1)
     app.add_directive("exercise-sets", ExerciseSets)
     app.connect("html-page-context", _search_page_math)
+    app.connect("html-page-context", _preload_hangul_font)
+    app.connect("build-finished", _write_hangul_fonts)
+    app.connect("build-finished", _drop_fontawesome_script)
+    app.connect("html-page-context", _static_widgets, priority=900)   # after myst-nb added its scripts
+    app.connect("doctree-read", _hide_test_markers)
+    app.connect("doctree-read", _alt_text_for_plots)
+    app.add_config_value("course_repository", "", "env")
+    app.connect("config-inited", _name_the_repository)
+    # before Sphinx's download collector (priority 500) reads the box's download links
+    app.connect("doctree-read", _add_run_box, priority=100)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}

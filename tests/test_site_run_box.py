@@ -1,0 +1,62 @@
+"""The "Run this chapter yourself" box of book/_ext/course_site.py, in both settings of
+``course_repository``: a small Sphinx project (one chapter notebook, the course's extension)
+built twice, without and with the repository's address."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CHAPTER = "03_transformer"     # a chapter with exercises, so that the box links them
+
+
+def build(tmp: Path, repository: str) -> str:
+    sphinx = pytest.importorskip("sphinx.application")
+    src, out = tmp / "src", tmp / "out"
+    (src / "chapters").mkdir(parents=True)
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# A chapter\n\nSome prose."),
+                                         nbformat.v4.new_code_cell("x = 1")])
+    nbformat.write(nb, src / "chapters" / f"{CHAPTER}.ipynb")
+    for master in (ROOT / "exercises" / CHAPTER).glob("*.ipynb"):   # where the built student notebooks lie
+        student = src / "exercises" / "_dist" / CHAPTER / master.stem / "student" / master.name
+        student.parent.mkdir(parents=True)
+        nbformat.write(nbformat.v4.new_notebook(), student)
+    (src / "index.md").write_text(
+        "# Index\n\nFrom the root of {{ repository }}.\n\n```{toctree}\nchapters/" + CHAPTER + "\n```\n")
+    (src / "conf.py").write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(ROOT / 'book' / '_ext')!r})\n"
+        "extensions = ['myst_nb', 'course_site']\n"
+        "nb_execution_mode = 'off'\n"
+        "myst_enable_extensions = ['substitution']\n"
+        f"course_repository = {repository!r}\n")
+    app = sphinx.Sphinx(str(src), str(src), str(out), str(tmp / "doctrees"), "html", status=None, warning=None,
+                        freshenv=True)
+    app.build()
+    return (out / "chapters" / f"{CHAPTER}.html").read_text(encoding="utf-8") + \
+        (out / "index.html").read_text(encoding="utf-8")
+
+
+def test_no_box_and_no_address_until_the_repository_is_set(tmp_path):
+    html = build(tmp_path, "")
+    assert "course-run-box" not in html, "a chapter shows the run box though no repository is set"
+    assert "the course's repository (the folder this book was built from)" in html.replace("’", "'")
+
+
+def test_every_chapter_opens_with_the_box_once_the_repository_is_set(tmp_path):
+    url = "https://example.org/course-repo"
+    html = build(tmp_path, url)
+    assert html.count('class="course-run-box') == 1, "the chapter has no run box (or more than one)"
+    box = html[html.index("course-run-box"):]
+    box = box[:box.index("</div>")]
+    assert f'href="{url}"' in box, "the box does not link the repository"
+    assert "tools/setup.sh" in box and "otter-grader" in box
+    downloads = re.findall(r'href="([^"]*_downloads/[^"]+\.ipynb)"', box)
+    names = {d.rsplit("/", 1)[1] for d in downloads}
+    exercises = {p.stem + ".ipynb" for p in (ROOT / "exercises" / CHAPTER).glob("*.ipynb")}
+    assert f"{CHAPTER}.ipynb" in names and exercises and exercises <= names, names
+    assert html.index("course-run-box") < html.index("Some prose"), "the box is not under the title"
+    assert f'href="{url}"' in html[html.index("From the root of"):], "the index does not name the repository"

@@ -3,7 +3,7 @@
 Those runs stored one number per arm (an accuracy, or a mean over draws) rather than one row per
 run. ``rows`` turns such numbers into transfer rows of a single draw, so that
 ``transfer.verdict(..., test_items=N)`` writes their sentence; ``mean_verdict`` covers the one case
-it cannot: means over several draws whose spread was not recorded.
+it cannot: means over several runs whose spread was not recorded.
 """
 from __future__ import annotations
 
@@ -26,9 +26,10 @@ def rows(values: Mapping[str, float], labels: int, task: str, model: str, metric
 
 def mean_verdict(a_name: str, a: float, b_name: str, b: float, labels: int, test_items: int, draws: int,
                  chance: float | None = 0.5) -> str:
-    """One sentence on two recorded accuracies, each the mean over ``draws`` labelled sets scored on the
-    same ``test_items`` test items, when only the means were recorded: the difference judged by the
-    test sample's standard error alone (the draws' spread is unknown, so it is a lower bound)."""
+    """One sentence on two recorded accuracies, each the mean over ``draws`` runs (draws of the
+    labelled set, or seeds) scored on the same ``test_items`` test items, when only the means were
+    recorded: the difference judged by the test sample's standard error alone (the runs' spread is
+    unknown, so the real uncertainty is larger)."""
     if test_items < 1 or draws < 1:
         raise ValueError(f"test_items and draws must be positive, got {test_items} and {draws}")
     for name, p in ((a_name, a), (b_name, b)):
@@ -41,7 +42,7 @@ def mean_verdict(a_name: str, a: float, b_name: str, b: float, labels: int, test
         near = chance is not None and abs(p - chance) <= max(0.02, 2 * math.sqrt(p * (1 - p) / test_items))
         return f"{name} {p:.3f}" + (" (near chance)" if near else "")
 
-    head = (f"At {labels:,} labels (mean of {draws} draws; their spread was not recorded): "
+    head = (f"At {labels:,} labels (mean of {draws} runs; their spread was not recorded): "
             f"{arm(a_name, a)} against {arm(b_name, b)}; difference {100 * diff:+.1f} ± {100 * se:.1f} points "
             f"(the standard error of {test_items:,} test items only)")
     if abs(diff) > 2 * se:

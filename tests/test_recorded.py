@@ -16,7 +16,7 @@ def test_rows_feed_the_single_draw_verdict():
 
 def test_mean_verdict_noise_gap_and_chance():
     close = recorded.mean_verdict("A", 0.617, "B", 0.636, labels=8000, test_items=4000, draws=3)
-    assert "-1.9 ± 1.1 points" in close and "not distinguishable" in close and "mean of 3 draws" in close
+    assert "-1.9 ± 1.1 points" in close and "not distinguishable" in close and "mean of 3 runs" in close
     far = recorded.mean_verdict("A", 0.795, "B", 0.617, labels=8000, test_items=4000, draws=3)
     assert "A is ahead" in far and "near chance" not in far
     low = recorded.mean_verdict("A", 0.51, "B", 0.70, labels=50, test_items=4000, draws=3)

@@ -104,7 +104,7 @@ class Progress:
     def finished(self, steps: int, epochs: int, seconds: float) -> None:
         if steps > 0 and self.bar is None and self.summary:
             last = {k: v for k, v in self.last.items() if k not in ("lr", "epoch", "step")}
-            self.say(f"trained {steps} steps ({epochs} epochs complete) in {seconds:.1f} s"
+            self.say(f"trained {steps} steps ({epochs} epoch{'' if epochs == 1 else 's'} complete) in {seconds:.1f} s"
                      + (f"; last: {format_metrics(last)}" if last else ""))
             return
         if steps > 0 and self.bar is None and self.log_every is not None:

@@ -11,6 +11,11 @@ A chapter writes both recipes side by side and lets ``lib`` choose::
     hp.epochs, hp.mode   # -> 1, "ci" on a laptop
 
 Chapters never read the environment themselves.
+
+Some chapters also write a GPU-sized full recipe that has never been run and recorded. A CUDA
+machine does not run it silently: ``gpu_recipe(dev.type)`` is True only when it is asked for with
+``COURSE_GPU_RECIPE=1`` (and the full recipe runs on CUDA); otherwise the CPU-sized full recipe
+runs, and the call prints how to ask for the larger one.
 """
 from __future__ import annotations
 
@@ -19,9 +24,10 @@ from types import MappingProxyType
 from typing import Any
 
 ENV_VAR = "COURSE_MODE"
+GPU_ENV_VAR = "COURSE_GPU_RECIPE"
 MODES = ("ci", "full")
 
-__all__ = ["ENV_VAR", "MODES", "mode", "is_full", "Recipe", "recipe"]
+__all__ = ["ENV_VAR", "GPU_ENV_VAR", "MODES", "mode", "is_full", "gpu_recipe", "Recipe", "recipe"]
 
 
 def mode() -> str:
@@ -38,6 +44,23 @@ def mode() -> str:
 
 def is_full() -> bool:
     return mode() == "full"
+
+
+def gpu_recipe(device_type: str) -> bool:
+    """Whether a chapter runs its GPU-sized full recipe (one never run for the recorded numbers):
+    only for the full recipe on a CUDA device, and only when ``COURSE_GPU_RECIPE=1``. On CUDA
+    without it, prints that the CPU-sized full recipe runs and how to ask for the larger one."""
+    asked = os.environ.get(GPU_ENV_VAR, "").strip()
+    if asked not in ("", "0", "1"):
+        raise ValueError(f"{GPU_ENV_VAR}={asked!r}: use 1 to run the GPU-sized recipe, 0 or unset for the recorded one")
+    if device_type != "cuda" or mode() != "full":
+        return False
+    if asked == "1":
+        print(f"{GPU_ENV_VAR}=1: running the GPU-sized full recipe, which has no recorded run to compare with")
+        return True
+    print(f"CUDA: running the CPU-sized full recipe (the recorded one); the GPU-sized recipe has never been "
+          f"run and recorded: set {GPU_ENV_VAR}=1 to run it")
+    return False
 
 
 class Recipe:

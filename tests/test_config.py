@@ -91,3 +91,27 @@ def test_recipe_survives_copy_and_pickle():
         assert clone.mode == "full" and clone.asdict() == FULL
         with pytest.raises(AttributeError, match="read-only"):
             clone.epochs = 0
+
+
+@pytest.mark.parametrize("device_type, mode, asked, expected", [
+    ("cuda", "full", None, False),      # never silently: the recorded CPU-sized recipe
+    ("cuda", "full", "0", False),
+    ("cuda", "full", "1", True),        # an explicit opt-in
+    ("cuda", "ci", "1", False),         # the CI recipe stays the CI recipe
+    ("cpu", "full", "1", False),
+])
+def test_gpu_recipe_only_on_explicit_request(no_env, capsys, device_type, mode, asked, expected):
+    no_env.setenv("COURSE_MODE", mode)
+    if asked is None:
+        no_env.delenv(config.GPU_ENV_VAR, raising=False)
+    else:
+        no_env.setenv(config.GPU_ENV_VAR, asked)
+    assert config.gpu_recipe(device_type) is expected
+    if device_type == "cuda" and mode == "full" and not expected:
+        assert f"{config.GPU_ENV_VAR}=1" in capsys.readouterr().out
+
+
+def test_gpu_recipe_rejects_other_values(no_env):
+    no_env.setenv(config.GPU_ENV_VAR, "yes")
+    with pytest.raises(ValueError, match="COURSE_GPU_RECIPE='yes'"):
+        config.gpu_recipe("cuda")

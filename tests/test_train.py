@@ -699,3 +699,18 @@ def test_bucket_sampler_generator_is_reseeded_by_fit():
 def test_bucket_sampler_rejects_bad_arguments(args, kw, exc, match):
     with pytest.raises(exc, match=match):
         train.LengthBucketSampler(*args, **kw)
+
+
+def test_summary_progress_prints_one_line_and_keeps_the_history(capsys):
+    ds = regression_data(n=32)
+    model = make_model()
+    hist = train.fit(model, train.make_loader(ds, 8), optimizer=torch.optim.SGD(model.parameters(), lr=0.01),
+                     step_fn=mse_step, epochs=2, log_every=3, progress="summary",
+                     eval_fn=lambda m: {"loss": 1.0}, eval_every=4)
+    out = [ln for ln in capsys.readouterr().out.splitlines() if ln.strip()]
+    assert len(out) == 1 and out[0].startswith("trained 8 steps (2 epochs complete)"), out
+    assert "train_loss" in out[0] and "eval_loss" in out[0]
+    assert {3, 6} <= set(hist.series("train_loss")[0])    # the history still has every log
+    with pytest.raises(TypeError, match="'summary'"):
+        train.fit(model, train.make_loader(ds, 8), optimizer=torch.optim.SGD(model.parameters(), lr=0.01),
+                  step_fn=mse_step, epochs=1, progress="quiet")

@@ -240,7 +240,7 @@ class _Trainer:
             metrics[k if k.startswith("eval_") else f"eval_{k}"] = scalar(k, v)
         s.record(metrics)
         s.last_eval_step = s.step
-        self.progress.say(f"eval  step {s.step} (epoch {s.epoch + 1}): {format_metrics(metrics)}")
+        self.progress.evaluated(s.step, s.epoch, metrics)
 
     def save(self, s: LoopState) -> None:
         """Write the checkpoint (rank 0, with every rank's random states), unless this point is saved."""
@@ -382,8 +382,8 @@ def _check_arguments(model, train_loader, optimizer, step_fn, epochs, max_steps,
         raise ValueError("checkpoint_every was given but checkpoint (a path) is None")
     if resume and checkpoint is None:
         raise ValueError("resume=True needs checkpoint=<path>")
-    if progress not in (None, True, False):
-        raise TypeError(f"progress must be None, True or False, got {progress!r}")
+    if progress not in (None, True, False, "summary"):
+        raise TypeError(f"progress must be None, True, False or 'summary', got {progress!r}")
     if scheduler is not None and not callable(getattr(scheduler, "step", None)):
         raise TypeError(f"scheduler must have a step() method, got {type(scheduler).__name__}")
 
@@ -437,7 +437,8 @@ def fit(model: nn.Module, train_loader: Iterable, *, optimizer: torch.optim.Opti
                           file exists (and starts afresh if not); see the module docstring for why the
                           result equals an uninterrupted run.
     progress, log_every   a tqdm bar (None = automatic, see ``lib.train.progress.show_bar``), or a text line every
-                          ``log_every`` steps. ``log_every`` is also how often the averaged training
+                          ``log_every`` steps; ``"summary"``: a bar where one is shown automatically, else
+                          one line at the end (steps, time, last metrics) instead of a line per log. ``log_every`` is also how often the averaged training
                           metrics are written to the history (and at every epoch end / evaluation);
                           ``log_every=None`` writes history records only at epoch ends / evaluations.
     seed                  decides the data order of each epoch; default: the loader's ``make_loader``
@@ -463,7 +464,7 @@ def fit(model: nn.Module, train_loader: Iterable, *, optimizer: torch.optim.Opti
 
     with Progress(bar=show_bar(progress) and not state.done(epochs, max_steps), initial=state.step,
                   total=_total_steps(n_batches, epochs, max_steps), log_every=log_every,
-                  quiet=progress is False, rank=rank) as report:
+                  quiet=progress is False, rank=rank, summary=progress == "summary") as report:
         trainer = _Trainer(model, optimizer, scheduler, scaler, step_fn, eval_fn, clip_grad, device, checkpoint,
                            max_steps, eval_every, checkpoint_every, log_every, world, rank, report)
         if state.step > 0 or state.skip > 0:

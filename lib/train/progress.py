@@ -54,8 +54,10 @@ class Progress:
     evaluations); silent in processes other than rank 0. Use as a context manager."""
 
     def __init__(self, *, bar: bool, total: int | None, initial: int, log_every: int | None,
-                 quiet: bool, rank: int):
+                 quiet: bool, rank: int, summary: bool = False):
         self.total, self.log_every, self.rank = total, log_every, rank
+        # summary: no line per log or evaluation, one line at the end with the last metrics
+        self.summary, self.last = summary, {}
         # text lines are printed when there is a logging interval or progress=False asked for them
         self.print_lines = log_every is not None or quiet
         self.bar = None
@@ -81,16 +83,29 @@ class Progress:
 
     def logged(self, step: int, epoch: int, record: Mapping[str, Any]) -> None:
         """A history record was written for the training window ending at ``step``."""
+        self.last.update(record)
+        if self.bar is None and self.summary:
+            return
         if self.bar is None:
             self.say(f"step {step}" + (f"/{self.total}" if self.total else "") + f" (epoch {epoch + 1}): "
                      f"{format_metrics(record)}")
         else:
             self.bar.set_postfix(loss=f"{record['train_loss']:.4g}", lr=f"{record['lr']:.2e}", refresh=False)
 
+    def evaluated(self, step: int, epoch: int, metrics: Mapping[str, Any]) -> None:
+        self.last.update(metrics)
+        if not (self.bar is None and self.summary):
+            self.say(f"eval  step {step} (epoch {epoch + 1}): {format_metrics(metrics)}")
+
     def stepped(self) -> None:
         if self.bar is not None:
             self.bar.update(1)
 
     def finished(self, steps: int, epochs: int, seconds: float) -> None:
+        if steps > 0 and self.bar is None and self.summary:
+            last = {k: v for k, v in self.last.items() if k not in ("lr", "epoch", "step")}
+            self.say(f"trained {steps} steps ({epochs} epoch{'' if epochs == 1 else 's'} complete) in {seconds:.1f} s"
+                     + (f"; last: {format_metrics(last)}" if last else ""))
+            return
         if steps > 0 and self.bar is None and self.log_every is not None:
             self.say(f"done: {steps} steps, {epochs} epochs complete, {seconds:.1f} s this call")

@@ -25,14 +25,14 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
-from lib import train
+from lib import text, train
 from lib.device import autocast
 from lib.validate import check_float, check_int
 
 __all__ = ["clean_review", "balanced_sample", "split_validation", "head_tail", "encode_reviews", "pad",
            "classifier", "fine_tune", "predict", "accuracy", "frozen_features", "tfidf_features",
            "logistic_regression", "steps_for", "imdb_curve_recipe", "curve_trials", "CurveData", "run_trial",
-           "select_by_validation", "baseline_rows", "curve_metrics", "run_curve"]
+           "run_trials", "select_by_validation", "baseline_rows", "curve_metrics", "run_curve"]
 
 
 def clean_review(text: str) -> str:
@@ -102,15 +102,20 @@ def encode_reviews(tokenizer, rows: Sequence[dict], max_len: int, head: int) -> 
 
 
 def pad(seqs: Sequence[Sequence[int]], pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-pad to the longest: ``ids (B, T)`` and ``keep (B, T)`` (1 on real tokens)."""
-    if not seqs:
-        raise ValueError("pad needs at least one sequence")
-    T = max(len(s) for s in seqs)
-    x = torch.full((len(seqs), T), pad_id, dtype=torch.long)
-    for i, s in enumerate(seqs):
-        x[i, :len(s)] = torch.as_tensor(s, dtype=torch.long)
-    keep = (torch.arange(T)[None, :] < torch.tensor([len(s) for s in seqs])[:, None]).long()
-    return x, keep
+    """Right-pad to the longest (``lib.text.pad_batch``): ``ids (B, T)`` and ``keep (B, T)`` (1 on
+    real tokens)."""
+    x, lengths = text.pad_batch(seqs, pad_id=pad_id)
+    return x, (torch.arange(x.shape[1])[None, :] < lengths[:, None]).long()
+
+
+def _by_length(seqs: Sequence[Sequence[int]], batch_size: int, device):
+    """Batches of similar lengths (less padding to compute): ``(indices, ids, keep)`` on ``device``."""
+    check_int("batch_size", batch_size, 1)
+    order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))
+    for s in range(0, len(order), batch_size):
+        idx = order[s:s + batch_size]
+        x, keep = pad([seqs[i] for i in idx])
+        yield idx, x.to(device), keep.to(device)
 
 
 def classifier(pretrained=None, cfg=None, num_labels: int = 2, seed: int = 0):
@@ -173,16 +178,12 @@ def fine_tune(model, seqs: Sequence[Sequence[int]], labels: Sequence[int], *, lr
 @torch.no_grad()
 def predict(model, seqs: Sequence[Sequence[int]], device, batch_size: int = 64) -> torch.Tensor:
     """The predicted label of every sequence, in order (batched by length: less padding)."""
-    check_int("batch_size", batch_size, 1)
     was = model.training
     model.eval().to(device)
-    order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))
     out = torch.empty(len(seqs), dtype=torch.long)
-    for s in range(0, len(order), batch_size):
-        idx = order[s:s + batch_size]
-        x, keep = pad([seqs[i] for i in idx])
+    for idx, x, keep in _by_length(seqs, batch_size, device):
         with autocast(device):
-            logits = model(x.to(device), None, keep.to(device))
+            logits = model(x, None, keep)
         out[idx] = logits.float().argmax(-1).cpu()
     model.train(was)
     return out
@@ -201,12 +202,8 @@ def frozen_features(encoder, seqs: Sequence[Sequence[int]], device, batch_size: 
     from lib.models.bert import mean_pool
     was = encoder.training
     encoder.eval().to(device)
-    order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))
     out = torch.empty(len(seqs), encoder.cfg.hidden_size)
-    for s in range(0, len(order), batch_size):
-        idx = order[s:s + batch_size]
-        x, keep = pad([seqs[i] for i in idx])
-        x, keep = x.to(device), keep.to(device)
+    for idx, x, keep in _by_length(seqs, batch_size, device):
         with autocast(device):
             hidden = encoder(x, None, keep).last_hidden_state
         out[idx] = F.normalize(mean_pool(hidden.float(), keep), dim=-1).cpu()
@@ -293,6 +290,12 @@ class CurveData:
         rows = list(needed.values())
         self.seqs = dict(zip(needed, encode_reviews(tokenizer, rows, max_len, head)))
 
+    @classmethod
+    def from_recipe(cls, hp, train_rows, test_rows, tokenizer) -> "CurveData":
+        """The splits and encodings a recipe of :func:`imdb_curve_recipe` asks for."""
+        return cls(train_rows, test_rows, val_size=hp.val_size, test_size=hp.test_size, max_len=hp.max_len,
+                   head=hp.head, tokenizer=tokenizer, sizes=hp.sizes, seeds=hp.seeds)
+
     def encoded(self, rows) -> tuple[list[list[int]], list[int]]:
         return [self.seqs[id(r)] for r in rows], [int(r["label"]) for r in rows]
 
@@ -326,6 +329,15 @@ def run_trial(trial: dict, data: CurveData, pretrained, *, batch_size: int, epoc
     test = accuracy(model, *data.encoded(data.test), device=device, batch_size=256)
     return {**trial, "val_accuracy": val, "test_accuracy": test, "steps": steps,
             "seconds": round(time.perf_counter() - start, 1)}
+
+
+def run_trials(hp, data: CurveData, pretrained, trials: Sequence[dict], device):
+    """:func:`run_trial` of each of ``trials`` with the recipe's settings, one result at a time (a
+    generator, so a caller can save each as it comes); validation only where an arm has several
+    learning rates to choose from."""
+    for t in trials:
+        yield run_trial(t, data, pretrained, batch_size=hp.batch_size, epochs=hp.epochs, min_steps=hp.min_steps,
+                        head_lr=hp.head_lr, device=device, validate=len(hp.lrs[t["init"]]) > 1)
 
 
 def select_by_validation(runs: Sequence[dict], task: str, model: str) -> tuple[list[dict], dict]:
@@ -393,10 +405,7 @@ def run_curve(hp, encoder, tokenizer, train_rows, test_rows, device, task: str =
               model: str = "minilm") -> dict:
     """A whole learning curve in this process (``hp`` from :func:`imdb_curve_recipe`): every
     fine-tuning run, the baselines, and :func:`curve_metrics` of them."""
-    data = CurveData(train_rows, test_rows, val_size=hp.val_size, test_size=hp.test_size, max_len=hp.max_len,
-                     head=hp.head, tokenizer=tokenizer, sizes=hp.sizes, seeds=hp.seeds)
-    trials = [run_trial(t, data, encoder, batch_size=hp.batch_size, epochs=hp.epochs, min_steps=hp.min_steps,
-                        head_lr=hp.head_lr, device=device, validate=len(hp.lrs[t["init"]]) > 1)
-              for t in curve_trials(hp.sizes, hp.seeds, hp.lrs)]
+    data = CurveData.from_recipe(hp, train_rows, test_rows, tokenizer)
+    trials = list(run_trials(hp, data, encoder, curve_trials(hp.sizes, hp.seeds, hp.lrs), device))
     base = baseline_rows(data, encoder, hp.sizes, hp.seeds, task=task, model=model, device=device)
     return curve_metrics(hp, trials, base, task, model)

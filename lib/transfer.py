@@ -146,11 +146,12 @@ def verdict(rows, a: str, b: str, labels: int, names: Mapping[str, str] | None =
     the test set an accuracy was measured on) the sentence then judges the difference by the
     standard error of the test sample alone, ``sqrt(pa(1-pa)/N + pb(1-pb)/N)``, and says so."""
     names = dict(names or {})
+    rows = check_rows(rows)
     d = paired_difference(rows, a, b, labels, task, metric)
     na, nb = names.get(a, a), names.get(b, b)
 
     def arm(name, init):
-        vals = [r["value"] for r in _select(check_rows(rows), init=init, labels=labels, task=task, metric=metric)]
+        vals = [r["value"] for r in _select(rows, init=init, labels=labels, task=task, metric=metric)]
         mean, se = _mean_se(vals)
         near = chance is not None and abs(mean - chance) <= max(0.02, 2 * (se if se == se else 0))
         return f"{name} {mean:.3f}" + (f" ± {se:.3f}" if se == se else "") + (" (near chance)" if near else "")

@@ -99,9 +99,7 @@ def make_bundle(out: Path, hp, xz_preset: int = 6) -> None:
 # ----------------------------------------------------------------------------- the runs
 
 def curve_data(hp, bundle, tok):
-    train_rows, test_rows = load_rows(bundle, hp)
-    return finetune.CurveData(train_rows, test_rows, val_size=hp.val_size, test_size=hp.test_size,
-                              max_len=hp.max_len, head=hp.head, tokenizer=tok, sizes=hp.sizes, seeds=hp.seeds)
+    return finetune.CurveData.from_recipe(hp, *load_rows(bundle, hp), tok)
 
 
 def run_trials(hp, dev, bundle=None, shard=(0, 1), log=print, file: Path | None = None) -> list[dict]:
@@ -113,13 +111,10 @@ def run_trials(hp, dev, bundle=None, shard=(0, 1), log=print, file: Path | None 
     trials = finetune.curve_trials(hp.sizes, hp.seeds, hp.lrs)[shard[0]::shard[1]]
     out = json.loads(file.read_text()) if file is not None and file.is_file() else []
     done = {(r["init"], r["labels"], r["seed"], r["lr"]) for r in out}
-    for i, t in enumerate(trials):
-        if (t["init"], t["labels"], t["seed"], t["lr"]) in done:
-            continue
-        out.append(finetune.run_trial(t, data, encoder, batch_size=hp.batch_size, epochs=hp.epochs,
-                                      min_steps=hp.min_steps, head_lr=hp.head_lr, device=dev,
-                                      validate=len(hp.lrs[t["init"]]) > 1))
-        log(f"[{i + 1}/{len(trials)}] {json.dumps(out[-1])}")
+    todo = [t for t in trials if (t["init"], t["labels"], t["seed"], t["lr"]) not in done]
+    for i, result in enumerate(finetune.run_trials(hp, data, encoder, todo, dev)):
+        out.append(result)
+        log(f"[{len(done) + i + 1}/{len(trials)}] {json.dumps(result)}")
         if file is not None:
             _write(file, out)
     return out

@@ -23,6 +23,7 @@ the same thread count.
     .venv/bin/python benchmarks/bench_precision.py                           # all, results/bench_precision.json
     .venv/bin/python benchmarks/bench_precision.py --device cuda --quick --out /tmp/p.json   # under 2 minutes
     .venv/bin/python benchmarks/bench_precision.py --models gpt bert --threads 1 --steps 2 --repeats 2
+    .venv/bin/python benchmarks/bench_precision.py --threads 1 2 --widths 128 256 384   # also the width sweep
 
 Not part of the test pass.
 """
@@ -140,8 +141,16 @@ def step_flops(model, batch, loss_fn) -> int:
     return counter.get_total_flops()
 
 
-def bench_model(name: str, size: str, dev: torch.device, args, peaks: dict) -> dict:
-    s = SIZES[name][size]
+def widened(name: str, size: str, width: int) -> dict:
+    """``name``'s sizes of recipe ``size`` at another width: heads of 32, a feed-forward 4x wide."""
+    s = dict(SIZES[name][size], width=width, heads=max(1, width // 32))
+    if "ffn" in s:
+        s["ffn"] = 4 * width
+    return s
+
+
+def bench_model(name: str, size: str, dev: torch.device, args, peaks: dict, s: dict | None = None) -> dict:
+    s = SIZES[name][size] if s is None else s
     torch.manual_seed(0)
     model, batch, loss_fn, tokens = build(name, s, torch.Generator().manual_seed(0))
     model, batch = model.to(dev).train(), to(batch, dev)
@@ -200,6 +209,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--repeats", type=int, default=5, help="rounds per precision, alternating")
     ap.add_argument("--peak-n", type=int, default=None, help="matmul size for the peak (default 1024 cpu, 8192 cuda)")
     ap.add_argument("--quick", action="store_true", help="fewer steps and rounds (a GPU run in under 2 minutes)")
+    ap.add_argument("--widths", type=int, nargs="+", default=None,
+                    help="also time each model at these widths (heads of 32, feed-forward 4x), at the first "
+                         "thread count: where bfloat16 starts to pay (lib.device.CPU_BF16_MIN_WIDTH)")
     ap.add_argument("--out", type=Path, default=REPO / "results" / "bench_precision.json")
     args = ap.parse_args(argv)
     cuda = args.device == "cuda"
@@ -230,6 +242,16 @@ def main(argv=None) -> dict:
               f"bf16 {peaks['bf16']['peak_gflops']:.0f} GFLOP/s", flush=True)
         rows = [bench_model(name, size, dev, args, peaks) for name in args.models]
         runs.append({"threads": t, "matmul_n": n, "matmul": peaks, "models": rows})
+    sweep = []
+    if args.widths:
+        if threads[0] is not None:
+            torch.set_num_threads(threads[0])
+        peaks = runs[0]["matmul"]
+        print(f"widths {args.widths}, threads {threads[0] if threads[0] is not None else '-'}:", flush=True)
+        for w in args.widths:
+            for name in args.models:
+                print(f"  width {w:4d}", end="")
+                sweep.append(bench_model(name, size, dev, args, peaks, widened(name, size, w)))
     result = {
         "benchmark": "bench_precision",
         "what": "training (forward, loss, backward, AdamW) and evaluation (forward, loss) tokens per second, float32 vs "
@@ -237,7 +259,7 @@ def main(argv=None) -> dict:
                 "process; MFU = matmul FLOPs of forward+backward per second / measured matmul peak of the dtype",
         "size": size, "steps_per_round": args.steps, "repeats": args.repeats, "quick": args.quick,
         "cpu_bf16_flag": device.cpu_bf16_flag(), "tf32": False if cuda else None,
-        "runs": runs,
+        "runs": runs, "width_sweep": {"threads": threads[0], "rows": sweep} if sweep else None,
         "goal": "train speed-up >= 2x for GPT and BERT on a CPU with native bfloat16",
     }
     return _report.write(args.out, result)

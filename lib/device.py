@@ -10,11 +10,12 @@ The same notebook then runs unchanged on a laptop CPU and on a GPU.
 
 Precision
 ---------
-Training steps run their forward pass under ``autocast(dev)``: bfloat16 autocast on GPUs with
-bfloat16 and on CPUs that multiply bfloat16 natively (``amx_bf16`` / ``avx512_bf16``), float16
-with a grad scaler on older GPUs, float32 elsewhere. ``COURSE_PRECISION=fp32|bf16|auto``
-overrides it; ``summary()`` says which precision runs and why. ``lib.train.fit`` uses it; a
-chapter's own loop writes ``with device.autocast(dev): loss = ...``. See :func:`precision`.
+Training steps run their forward pass under ``autocast(dev, model)``: bfloat16 autocast on GPUs
+with bfloat16 and, for models at least :data:`CPU_BF16_MIN_WIDTH` wide, on CPUs that multiply
+bfloat16 natively (``amx_bf16`` / ``avx512_bf16``); float16 with a grad scaler on older GPUs;
+float32 elsewhere. ``COURSE_PRECISION=fp32|bf16|auto`` overrides it; ``summary()`` says which
+precision runs and why. ``lib.train.fit`` uses it; a chapter's own loop writes
+``with device.autocast(dev, model): loss = ...``. See :func:`precision`.
 
 Several processes (``torchrun``)
 --------------------------------
@@ -42,7 +43,7 @@ from lib.validate import check_int
 
 __all__ = ["pick_device", "autocast_dtype", "needs_grad_scaler", "autocast", "seed_everything",
            "setup", "summary", "Precision", "precision", "requested_precision", "cpu_bf16_flag",
-           "native_bf16_flag", "rank", "world_size", "is_main_process",
+           "native_bf16_flag", "model_width", "CPU_BF16_MIN_WIDTH", "rank", "world_size", "is_main_process",
            "torchrun_env", "default_cpu_threads"]
 
 
@@ -76,6 +77,13 @@ def _mps_available() -> bool:
 PRECISION_ENV = "COURSE_PRECISION"
 PRECISION_CHOICES = ("auto", "fp32", "bf16")
 CPU_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
+# Below this width a CPU's bfloat16 autocast does not pay for itself. Measured with
+# benchmarks/bench_precision.py on a 2-core Xeon with amx_bf16, one thread, training steps
+# (results/bench_precision_xeon_native.json): at width 128, the chapters' CPU sizes, bf16 ran
+# 0.71-0.88x (GPT, block 64) to 1.45x (BERT) the tokens/s of float32; at width 256 and 384,
+# 1.4-3.2x (GPT 3.2x at 256, BERT 2.0x at 256). Every weight is cast to bfloat16 on every
+# forward pass, work that only wide matrices amortise.
+CPU_BF16_MIN_WIDTH = 256
 
 
 @dataclass(frozen=True)
@@ -86,6 +94,12 @@ class Precision:
     dtype: torch.dtype | None
     grad_scaler: bool
     reason: str = ""
+
+    def autocast(self):
+        """The context manager for a training step's forward pass in this precision."""
+        if self.dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device_type, dtype=self.dtype)
 
     @property
     def name(self) -> str:
@@ -141,15 +155,17 @@ def _mkldnn_bf16_usable() -> bool:
         return False
 
 
-def precision(device: torch.device | str) -> Precision:
+def precision(device: torch.device | str, model: torch.nn.Module | None = None) -> Precision:
     """The course's precision policy for training on ``device``.
 
     ``COURSE_PRECISION=auto`` (the default):
 
     * cuda: bfloat16 autocast where the GPU supports it, else float16 with a grad scaler;
     * mps: float16 with a grad scaler;
-    * cpu: bfloat16 autocast where the CPU multiplies bfloat16 natively (:func:`cpu_bf16_flag`),
-      float32 elsewhere, so a CPU without it is never made slower.
+    * cpu: bfloat16 autocast where the CPU multiplies bfloat16 natively (:func:`cpu_bf16_flag`)
+      and the ``model`` is at least :data:`CPU_BF16_MIN_WIDTH` wide (:func:`model_width`; without
+      a model, the device's policy for wide models), float32 elsewhere, so that no training is
+      made slower.
 
     ``COURSE_PRECISION=fp32`` trains in float32 everywhere; ``COURSE_PRECISION=bf16`` asks for
     bfloat16 autocast (an error on a GPU without bfloat16; on a CPU without native bfloat16 it
@@ -176,29 +192,49 @@ def precision(device: torch.device | str) -> Precision:
     if kind == "cpu":
         flag = cpu_bf16_flag()
         if flag is not None:
-            return Precision("cpu", torch.bfloat16, False, f"auto: {flag}")
+            width = model_width(model) if model is not None else None
+            if width is not None and width < CPU_BF16_MIN_WIDTH:
+                return Precision("cpu", None, False,
+                                 f"auto: {flag}, but width {width} < {CPU_BF16_MIN_WIDTH}, where bf16 is not faster")
+            if width is None:
+                return Precision("cpu", torch.bfloat16, False,
+                                 f"auto: {flag}, for models of width >= {CPU_BF16_MIN_WIDTH}; fp32 below")
+            return Precision("cpu", torch.bfloat16, False, f"auto: {flag}, width {width}")
         return Precision("cpu", None, False, "auto: no native bf16 on this CPU")
     return Precision(kind, None, False, "auto")
 
 
-def autocast_dtype(device: torch.device | str) -> torch.dtype | None:
-    return precision(device).dtype
+def model_width(model: torch.nn.Module) -> int:
+    """The width of a model's matrix products: the most common input size of its ``nn.Linear``
+    layers and recurrent layers (the larger on a tie), e.g. ``n_embd`` for GPT; 0 without any."""
+    from collections import Counter
+
+    sizes = Counter()
+    for m in model.modules():
+        if isinstance(m, torch.nn.Linear):
+            sizes[m.in_features] += 1
+        elif isinstance(m, torch.nn.RNNBase):
+            sizes[m.hidden_size] += 1
+    if not sizes:
+        return 0
+    return max(sizes, key=lambda w: (sizes[w], w))
+
+
+def autocast_dtype(device: torch.device | str, model: torch.nn.Module | None = None) -> torch.dtype | None:
+    return precision(device, model).dtype
 
 
 def needs_grad_scaler(device: torch.device | str) -> bool:
     return precision(device).grad_scaler
 
 
-def autocast(device: torch.device | str):
+def autocast(device: torch.device | str, model: torch.nn.Module | None = None):
     """A context manager for the forward pass of a training step: autocast to the dtype
     :func:`precision` chose for ``device``, or nothing where it chose float32.
 
     Evaluation and generation run outside it, in float32 (``lib.train.fit`` does so), so
     that recorded metrics and checked outputs do not depend on the machine."""
-    p = precision(device)
-    if p.dtype is None:
-        return contextlib.nullcontext()
-    return torch.autocast(device_type=p.device_type, dtype=p.dtype)
+    return precision(device, model).autocast()
 
 
 def seed_everything(seed: int = 0, deterministic: bool = False) -> None:

@@ -182,7 +182,7 @@ def predict(model, seqs: Sequence[Sequence[int]], device, batch_size: int = 64) 
     model.eval().to(device)
     out = torch.empty(len(seqs), dtype=torch.long)
     for idx, x, keep in _by_length(seqs, batch_size, device):
-        with autocast(device):
+        with autocast(device, model):
             logits = model(x, None, keep)
         out[idx] = logits.float().argmax(-1).cpu()
     model.train(was)
@@ -204,7 +204,7 @@ def frozen_features(encoder, seqs: Sequence[Sequence[int]], device, batch_size: 
     encoder.eval().to(device)
     out = torch.empty(len(seqs), encoder.cfg.hidden_size)
     for idx, x, keep in _by_length(seqs, batch_size, device):
-        with autocast(device):
+        with autocast(device, encoder):
             hidden = encoder(x, None, keep).last_hidden_state
         out[idx] = F.normalize(mean_pool(hidden.float(), keep), dim=-1).cpu()
     encoder.train(was)

@@ -106,11 +106,63 @@ def test_precision_none_on_cpu(machine):
 def test_cpu_with_native_bf16_autocasts_to_bf16(machine):
     machine(cpu_bf16="avx512_bf16")
     p = D.precision("cpu")
-    assert (p.dtype, p.grad_scaler, p.reason) == (torch.bfloat16, False, "auto: avx512_bf16")
+    assert (p.dtype, p.grad_scaler) == (torch.bfloat16, False)
     a = torch.randn(4, 4)
     with D.autocast("cpu"):
         assert (a @ a).dtype == torch.bfloat16
-    assert "precision=bfloat16 (auto: avx512_bf16)" in D.summary("cpu")
+    assert "precision=bfloat16 (auto: avx512_bf16, for models of width >= 256; fp32 below)" in D.summary("cpu")
+
+
+def _linear_stack(width: int) -> torch.nn.Module:
+    return torch.nn.Sequential(torch.nn.Embedding(10, width), torch.nn.Linear(width, 4 * width),
+                               torch.nn.Linear(4 * width, width), torch.nn.Linear(width, width),
+                               torch.nn.Linear(width, 10))
+
+
+def test_model_width_is_the_common_input_size_of_its_products():
+    from lib.models.gpt import GPT, GPTConfig
+    gpt = GPT(GPTConfig(vocab_size=65, block_size=8, n_layer=2, n_head=2, n_embd=48))
+    assert D.model_width(gpt) == 48
+    assert D.model_width(_linear_stack(128)) == 128
+    assert D.model_width(torch.nn.LSTM(32, 300, num_layers=2)) == 300
+    assert D.model_width(torch.nn.Embedding(10, 512)) == 0
+
+
+def test_cpu_bf16_only_for_models_wide_enough(machine):
+    """On a CPU with native bfloat16, narrow models train in float32 (bf16 measured slower
+    there) and models of width CPU_BF16_MIN_WIDTH or more in bfloat16; the reason says which."""
+    machine(cpu_bf16="amx_bf16")
+    narrow, wide = _linear_stack(D.CPU_BF16_MIN_WIDTH // 2), _linear_stack(D.CPU_BF16_MIN_WIDTH)
+    p = D.precision("cpu", narrow)
+    assert p.dtype is None and p.reason == "auto: amx_bf16, but width 128 < 256, where bf16 is not faster"
+    with D.autocast("cpu", narrow):
+        assert not torch.is_autocast_enabled("cpu")
+    p = D.precision("cpu", wide)
+    assert p.dtype == torch.bfloat16 and p.reason == "auto: amx_bf16, width 256"
+    with D.autocast("cpu", wide):
+        assert torch.is_autocast_enabled("cpu")
+    machine(cpu_bf16=None)                       # no native bf16: float32 whatever the width
+    assert D.precision("cpu", wide).dtype is None
+    machine(cuda=True)                           # a GPU ignores the width
+    assert D.precision("cuda", narrow).dtype == torch.bfloat16
+
+
+def test_fit_trains_in_the_precision_chosen_for_its_model(machine):
+    """lib.train.fit decides once per call from the model: the step of a narrow model runs
+    without autocast, that of a wide one under bf16 autocast, on the same native-bf16 CPU."""
+    from lib import train
+    machine(cpu_bf16="avx512_bf16")
+    seen = {}
+    for name, width in (("narrow", 64), ("wide", 256)):
+        model = _linear_stack(width)
+        x = torch.randint(0, 10, (4, 3))
+
+        def step(m, batch, name=name):
+            seen[name] = torch.is_autocast_enabled("cpu")
+            return m(batch).float().logsumexp(-1).mean(), {}
+        train.fit(model, [x], optimizer=torch.optim.SGD(model.parameters(), lr=0.0), step_fn=step,
+                  device="cpu", progress=False, log_every=None)
+    assert seen == {"narrow": False, "wide": True}
 
 
 def test_cpu_without_native_bf16_stays_float32(machine):

@@ -79,7 +79,7 @@ class NormSpy:
 @pytest.mark.parametrize("with_scaler", [False, True], ids=["plain", "grad_scaler"])
 def test_clipping_bounds_the_gradient_norm(monkeypatch, with_scaler):
     if with_scaler:  # exercise the GradScaler branch on cpu (scale, unscale_, clip, step, update)
-        monkeypatch.setattr(lib_device, "precision", lambda dev: lib_device.Precision("cpu", None, True))
+        monkeypatch.setattr(lib_device, "precision", lambda dev, model=None: lib_device.Precision("cpu", None, True))
     x = torch.randn(64, 4)
     ds = torch.utils.data.TensorDataset(x, 100.0 * x.sum(1, keepdim=True))  # big targets, big gradients
     norms = {}

@@ -1,8 +1,8 @@
 """``fit``: the one training loop.
 
 What ``fit`` does on every step: move the batch to the device (``to_device``), compute the
-loss under the course's precision policy (``lib.device.autocast``: bfloat16 autocast on a GPU and on a
-CPU with native bfloat16, float32 elsewhere), backpropagate (through a
+loss under the course's precision policy (``lib.device.precision(device, model)``: bfloat16 autocast on a
+GPU, and on a CPU with native bfloat16 for models wide enough to gain from it; float32 elsewhere), backpropagate (through a
 ``torch.amp.GradScaler`` where ``lib.device.precision`` asks for one), clip the gradient norm
 to ``clip_grad``, step the optimizer and then the scheduler (schedules here are per step, not per
 epoch).
@@ -149,6 +149,7 @@ class _Trainer:
     optimizer: torch.optim.Optimizer
     scheduler: Any
     scaler: torch.amp.GradScaler | None
+    precision: _device.Precision
     step_fn: Callable
     eval_fn: Callable | None
     clip_grad: float | None
@@ -188,7 +189,7 @@ class _Trainer:
         batch = to_device(batch, self.device)
         lr = float(self.optimizer.param_groups[0]["lr"])
         self.optimizer.zero_grad(set_to_none=True)
-        with _device.autocast(self.device):
+        with self.precision.autocast():
             loss, metrics = _unpack_step(self.step_fn(self.model, batch), s.step + 1)
         loss_value = loss.detach().float().item()
         if self.world > 1:  # every process sees the same (averaged) numbers, and stops together
@@ -451,7 +452,8 @@ def fit(model: nn.Module, train_loader: Iterable, *, optimizer: torch.optim.Opti
     world, rank = _device.world_size(), _device.rank()
     if world > 1:
         broadcast_model(model)
-    scaler = torch.amp.GradScaler(device.type) if _device.precision(device).grad_scaler else None
+    precision = _device.precision(device, model)
+    scaler = torch.amp.GradScaler(device.type) if precision.grad_scaler else None
     if seed is None:
         seed = getattr(train_loader, "course_seed", None)
         seed = int(seed) if seed is not None else int(torch.initial_seed() % 2**63)
@@ -465,7 +467,7 @@ def fit(model: nn.Module, train_loader: Iterable, *, optimizer: torch.optim.Opti
     with Progress(bar=show_bar(progress) and not state.done(epochs, max_steps), initial=state.step,
                   total=_total_steps(n_batches, epochs, max_steps), log_every=log_every,
                   quiet=progress is False, rank=rank, summary=progress == "summary") as report:
-        trainer = _Trainer(model, optimizer, scheduler, scaler, step_fn, eval_fn, clip_grad, device, checkpoint,
+        trainer = _Trainer(model, optimizer, scheduler, scaler, precision, step_fn, eval_fn, clip_grad, device, checkpoint,
                            max_steps, eval_every, checkpoint_every, log_every, world, rank, report)
         if state.step > 0 or state.skip > 0:
             report.say(f"resumed from {checkpoint} at step {state.step} (epoch {state.epoch + 1}, batch {state.skip})")
@@ -475,5 +477,5 @@ def fit(model: nn.Module, train_loader: Iterable, *, optimizer: torch.optim.Opti
             if not trainer.run_epoch(state, train_loader, n_batches):
                 break  # max_steps stopped it inside an epoch
         trainer.finish(state)
-    report.finished(state.step, state.epoch, time.perf_counter() - start_time)
+    report.finished(state.step, state.epoch, time.perf_counter() - start_time, precision.name)
     return state.history

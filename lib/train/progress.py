@@ -101,10 +101,11 @@ class Progress:
         if self.bar is not None:
             self.bar.update(1)
 
-    def finished(self, steps: int, epochs: int, seconds: float) -> None:
+    def finished(self, steps: int, epochs: int, seconds: float, precision: str = "") -> None:
         if steps > 0 and self.bar is None and self.summary:
             last = {k: v for k, v in self.last.items() if k not in ("lr", "epoch", "step")}
             self.say(f"trained {steps} steps ({epochs} epoch{'' if epochs == 1 else 's'} complete) in {seconds:.1f} s"
+                     + (f" ({precision})" if precision else "")
                      + (f"; last: {format_metrics(last)}" if last else ""))
             return
         if steps > 0 and self.bar is None and self.log_every is not None:

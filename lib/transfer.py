@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable, Mapping, Sequence
 
-__all__ = ["FIELDS", "check_rows", "summary", "paired_difference", "labels_to_match", "verdict",
+__all__ = ["FIELDS", "check_rows", "summary", "paired_difference", "labels_to_match", "verdict", "recorded_rows", "mean_verdict",
            "curve_reading", "plot"]
 
 FIELDS = ("task", "model", "init", "labels", "seed", "metric", "value")
@@ -136,6 +136,18 @@ def _points(x: float) -> str:
     return f"{100 * x:+.1f}"
 
 
+def _test_sample_judgement(name: str, pa: float, pb: float, test_items: int, why: str) -> str:
+    """The difference of two accuracies measured on the same ``test_items`` items, judged by the
+    standard error of the test sample alone, ``sqrt(pa(1-pa)/N + pb(1-pb)/N)``."""
+    se = math.sqrt(pa * (1 - pa) / test_items + pb * (1 - pb) / test_items)
+    diff = pa - pb
+    text = f"difference {_points(diff)} ± {100 * se:.1f} points ({why})"
+    if abs(diff) > 2 * se:
+        side = "ahead" if diff > 0 else "behind"
+        return f"{text}: {name} is clearly {side}, {abs(diff) / se:.0f} standard errors."
+    return f"{text}: not distinguishable from the test-sample noise."
+
+
 def verdict(rows, a: str, b: str, labels: int, names: Mapping[str, str] | None = None, chance: float | None = 0.5,
             task: str | None = None, metric: str | None = None, test_items: int | None = None) -> str:
     """One sentence from the numbers: both arms' means at ``labels``, the paired difference in points
@@ -161,14 +173,8 @@ def verdict(rows, a: str, b: str, labels: int, names: Mapping[str, str] | None =
         return (f"{head}; difference {_points(d['mean'])} points from a single draw, "
                 "so no standard error: too few seeds to judge.")
     if d["n"] < 2:
-        pa, pb = d["a"], d["b"]
-        se = math.sqrt(pa * (1 - pa) / test_items + pb * (1 - pb) / test_items)
-        diff = (f"difference {_points(d['mean'])} ± {100 * se:.1f} points (one draw: the standard error "
-                f"of {test_items:,} test items only, not of the draw)")
-        if abs(d["mean"]) > 2 * se:
-            side = "ahead" if d["mean"] > 0 else "behind"
-            return f"{head}; {diff}: {na} is clearly {side}, {abs(d['mean']) / se:.0f} standard errors."
-        return f"{head}; {diff}: not distinguishable from the test-sample noise."
+        return f"{head}; " + _test_sample_judgement(na, d["a"], d["b"], test_items, "one draw: the standard error "
+                                                     f"of {test_items:,} test items only, not of the draw")
     diff = f"difference {_points(d['mean'])} ± {100 * d['se']:.1f} points (paired over {d['n']} draws)"
     if d["se"] == 0 or abs(d["mean"]) > 2 * d["se"]:
         side = "ahead" if d["mean"] > 0 else "behind"
@@ -233,3 +239,35 @@ def plot(rows, ax=None, recorded=None, names: Mapping[str, str] | None = None, t
     ax.set(xlabel="labelled examples (log scale)", ylabel=metric or "metric")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     return ax
+
+
+# ----------------------------------------------------------------------------- runs recorded before the row format
+def recorded_rows(values: Mapping[str, float], labels: int, task: str, model: str, metric: str = "accuracy",
+                  seed: int = 0) -> list[dict[str, Any]]:
+    """Rows for a full run recorded before this format existed, with one number per arm: one row
+    per ``init`` -> recorded ``value``, all of one draw (``seed``), for ``verdict(..., test_items=N)``."""
+    if not values:
+        raise ValueError("no recorded values: expected a dict init -> value")
+    return check_rows({"task": task, "model": model, "init": init, "labels": labels, "seed": seed,
+                       "metric": metric, "value": value} for init, value in values.items())
+
+
+def mean_verdict(a_name: str, a: float, b_name: str, b: float, labels: int, test_items: int, draws: int,
+                 chance: float | None = 0.5) -> str:
+    """One sentence on two recorded accuracies, each the mean over ``draws`` runs scored on the same
+    ``test_items`` test items, when only the means were recorded: the difference judged by the test
+    sample's standard error alone (the runs' spread is unknown, so the real uncertainty is larger)."""
+    if test_items < 1 or draws < 1:
+        raise ValueError(f"test_items and draws must be positive, got {test_items} and {draws}")
+    for name, p in ((a_name, a), (b_name, b)):
+        if not 0 <= p <= 1:
+            raise ValueError(f"{name}: an accuracy between 0 and 1 is needed, got {p}")
+
+    def arm(name, p):
+        near = chance is not None and abs(p - chance) <= max(0.02, 2 * math.sqrt(p * (1 - p) / test_items))
+        return f"{name} {p:.3f}" + (" (near chance)" if near else "")
+
+    head = (f"At {labels:,} labels (mean of {draws} runs; their spread was not recorded): "
+            f"{arm(a_name, a)} against {arm(b_name, b)}")
+    return f"{head}; " + _test_sample_judgement(a_name, a, b, test_items,
+                                                f"the standard error of {test_items:,} test items only")

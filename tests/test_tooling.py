@@ -162,6 +162,33 @@ def test_execute_chapters_caches_a_notebook_and_kills_one_over_budget(tmp_path, 
         execute_chapters.ROOT = root
 
 
+def test_execute_chapters_runs_chapters_side_by_side(tmp_path, capsys):
+    """--jobs 2: two chapters run at once (two 6-second notebooks take well under 12 s), each
+    result is cached, and a failing or over-budget one among them is still reported."""
+    cache = tmp_path / "cache"
+    naps = [make_notebook(tmp_path / f"nap{i}.ipynb", f"import time\ntime.sleep(6)\nprint({i})") for i in (1, 2)]
+    broken = make_notebook(tmp_path / "broken.ipynb", "raise ValueError('boom')")
+    slow = make_notebook(tmp_path / "slow.ipynb", "import time\ntime.sleep(600)")
+    execute_chapters.ROOT, root = tmp_path, execute_chapters.ROOT
+    try:
+        start = time.perf_counter()
+        assert execute_chapters.execute(naps, budget=120, cache_dir=cache, jobs=2) == 0
+        both = time.perf_counter() - start
+        assert execute_chapters.execute(naps, budget=120, cache_dir=cache, jobs=2) == 0
+        assert capsys.readouterr().out.count("cached, not run again") == 2
+        start = time.perf_counter()
+        assert execute_chapters.execute([naps[0]], budget=120, cache_dir=cache, force=True) == 0
+        one = time.perf_counter() - start
+        assert both < 1.6 * one, (both, one)
+        assert execute_chapters.execute([broken, slow, naps[1]], budget=15, cache_dir=cache, force=True,
+                                        jobs=2) == 1
+        out = capsys.readouterr().out
+        assert "broken.ipynb: FAILED after" in out and "slow.ipynb: FAILED, over its budget" in out
+        assert "nap2.ipynb: " in out and "nap2.ipynb: FAILED" not in out
+    finally:
+        execute_chapters.ROOT = root
+
+
 def test_toc_notebooks_lists_chapters_in_reading_order():
     names = [p.name for p in execute_chapters.toc_notebooks()]
     assert names == sorted(names)

@@ -172,7 +172,7 @@ def write_junit(path: Path, results: dict[str, tuple[float, str | None]]) -> Non
 # ----------------------------------------------------------------------------- execution
 
 def execute(paths: list[Path], budget: int, cache_dir: Path = CACHE, *, force: bool = False,
-            check: bool = False, junit: Path | None = None) -> int:
+            check: bool = False, junit: Path | None = None, jobs: int = 1) -> int:
     from jupyter_cache import get_cache
     from jupyter_cache.base import CacheBundleIn
 
@@ -189,6 +189,7 @@ def execute(paths: list[Path], budget: int, cache_dir: Path = CACHE, *, force: b
             print(f"[check] {rel}: every checked cell gives its stored output", flush=True)
         report[rel] = (seconds, "\n".join(problems) if problems else None)
 
+    todo = []
     for path in paths:
         rel = path.relative_to(ROOT).as_posix()
         nb = nbformat.read(path, as_version=4)
@@ -201,34 +202,47 @@ def execute(paths: list[Path], budget: int, cache_dir: Path = CACHE, *, force: b
                 continue
             except KeyError:
                 pass
-        with tempfile.TemporaryDirectory() as tmp:
-            out = Path(tmp) / path.name
-            start = time.perf_counter()
-            proc = subprocess.Popen([sys.executable, __file__, "--one", str(path), "--out", str(out)],
-                                    start_new_session=True)
-            try:
-                code = proc.wait(timeout=budget)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)  # the kernel too: it is in the same session
-                proc.wait()
-                code = None
-            seconds = time.perf_counter() - start
-            timings[rel] = round(seconds, 1)
-            if code is None:
-                print(f"[execute] {rel}: FAILED, over its budget of {budget} s", flush=True)
-                failed.append(rel)
-                report[rel] = (seconds, f"over its budget of {budget} s")
-                continue
-            if code != 0:
-                print(f"[execute] {rel}: FAILED after {seconds:.0f} s (see the traceback above)", flush=True)
-                failed.append(rel)
-                report[rel] = (seconds, f"failed after {seconds:.0f} s (an error in a cell, see the log)")
-                continue
+        todo.append((path, rel, nb))
+
+    def finish(job, code) -> None:
+        path, rel, nb, tmp, out, started = job
+        seconds = time.perf_counter() - started
+        timings[rel] = round(seconds, 1)
+        if code is None:
+            print(f"[execute] {rel}: FAILED, over its budget of {budget} s", flush=True)
+            failed.append(rel)
+            report[rel] = (seconds, f"over its budget of {budget} s")
+        elif code != 0:
+            print(f"[execute] {rel}: FAILED after {seconds:.0f} s (see the traceback above)", flush=True)
+            failed.append(rel)
+            report[rel] = (seconds, f"failed after {seconds:.0f} s (an error in a cell, see the log)")
+        else:
             executed = nbformat.read(out, as_version=4)
             cache.cache_notebook_bundle(CacheBundleIn(executed, str(path), data={"execution_seconds": seconds}),
                                         check_validity=False, overwrite=True)
             print(f"[execute] {rel}: {seconds:.0f} s", flush=True)
             checked(rel, nb, executed, seconds)
+        tmp.cleanup()
+
+    running = {}                       # proc -> job; at most `jobs` chapters side by side
+    while todo or running:
+        while todo and len(running) < jobs:
+            path, rel, nb = todo.pop(0)
+            tmp = tempfile.TemporaryDirectory()
+            out = Path(tmp.name) / path.name
+            proc = subprocess.Popen([sys.executable, __file__, "--one", str(path), "--out", str(out)],
+                                    start_new_session=True)
+            running[proc] = (path, rel, nb, tmp, out, time.perf_counter())
+        time.sleep(0.2)
+        for proc, job in list(running.items()):
+            code = proc.poll()
+            if code is None and time.perf_counter() - job[5] > budget:
+                os.killpg(proc.pid, signal.SIGKILL)  # the kernel too: it is in the same session
+                proc.wait()
+            elif code is None:
+                continue
+            del running[proc]
+            finish(job, code if code is not None and time.perf_counter() - job[5] <= budget else None)
     (ROOT / "_build").mkdir(exist_ok=True)
     (ROOT / "_build" / "chapter_timings.json").write_text(json.dumps(timings, indent=1) + "\n")
     if junit is not None:
@@ -247,6 +261,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true",
                     help="compare the checked cells' outputs with the stored ones (as nbval --nbval-lax)")
     ap.add_argument("--junit", type=Path, default=None, help="write a JUnit XML report (one case per notebook)")
+    ap.add_argument("--jobs", type=int, default=int(os.environ.get("COURSE_NOTEBOOK_JOBS", "1")),
+                    help="chapters executed side by side, each on its own thread(s) (default: "
+                         "COURSE_NOTEBOOK_JOBS, else 1)")
     ap.add_argument("--one", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -257,7 +274,10 @@ def main(argv: list[str] | None = None) -> int:
     for p in paths:
         if not p.exists():
             ap.error(f"no such notebook: {p}")
-    return execute(paths, args.budget or default_budget(), force=args.force, check=args.check, junit=args.junit)
+    if args.jobs < 1:
+        ap.error(f"--jobs must be at least 1, not {args.jobs}")
+    return execute(paths, args.budget or default_budget(), force=args.force, check=args.check, junit=args.junit,
+                   jobs=args.jobs)
 
 
 if __name__ == "__main__":

@@ -14,10 +14,20 @@ from lib import device
 from lib.io import atomic_write
 
 
+def cpu_name() -> str | None:
+    """The CPU's model name from ``/proc/cpuinfo`` (None where there is none)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), None)
+    except OSError:
+        return None
+
+
 def write(out: Path, result: dict) -> dict:
-    """Add the device, thread count, load average and date to ``result``; write it to ``out``."""
+    """Add the device, CPU, thread count, load average and date to ``result``; write it to ``out``."""
     result = {**result,
               "device": device.summary(),
+              "cpu": cpu_name(), "cpu_bf16_flag": device.cpu_bf16_flag(),
               "torch_threads": torch.get_num_threads(),
               "load_average_at_end": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
               "date": datetime.now(timezone.utc).isoformat(timespec="seconds")}

@@ -78,11 +78,11 @@ PRECISION_ENV = "COURSE_PRECISION"
 PRECISION_CHOICES = ("auto", "fp32", "bf16")
 CPU_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
 # Below this width a CPU's bfloat16 autocast does not pay for itself. Measured with
-# benchmarks/bench_precision.py on a 2-core Xeon with amx_bf16, one thread, training steps
-# (results/bench_precision_xeon_native.json): at width 128, the chapters' CPU sizes, bf16 ran
-# 0.71-0.88x (GPT, block 64) to 1.45x (BERT) the tokens/s of float32; at width 256 and 384,
-# 1.4-3.2x (GPT 3.2x at 256, BERT 2.0x at 256). Every weight is cast to bfloat16 on every
-# forward pass, work that only wide matrices amortise.
+# benchmarks/bench_precision.py --widths on a 2-core Xeon with amx_bf16, one thread, training
+# steps at the chapters' CPU sizes (results/bench_precision_xeon_native.json): bf16 ran 0.79x
+# (GPT) to 1.32x (BERT) the tokens/s of float32 at width 128; 0.95x (GPT) to 1.77x (BERT) at 256;
+# 1.33x to 1.90x at 384. Every weight is cast to bfloat16 on every forward pass, work that only
+# wide matrices amortise.
 CPU_BF16_MIN_WIDTH = 256
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import time
@@ -299,3 +300,19 @@ def test_lib_modules_link_back_to_the_chapters_that_explain_them(module):
         assert chapter in _toc_chapters(), f"{module.name} links to {chapter}, which is not in the book"
         text = (ROOT / chapter).read_text(encoding="utf-8")
         assert any(u in text for u in uses), f"{chapter} does not use {dotted}"
+
+
+def test_default_jobs_fill_the_cores_at_the_chapters_thread_count(monkeypatch):
+    monkeypatch.delenv("COURSE_NOTEBOOK_JOBS", raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(2)), raising=False)
+    monkeypatch.setenv("COURSE_CPU_THREADS", "1")
+    assert execute_chapters.default_jobs() == 2
+    monkeypatch.setenv("COURSE_CPU_THREADS", "2")
+    assert execute_chapters.default_jobs() == 1
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    assert execute_chapters.default_jobs() == 4
+    monkeypatch.setenv("COURSE_NOTEBOOK_JOBS", "3")
+    assert execute_chapters.default_jobs() == 3
+    monkeypatch.setenv("COURSE_NOTEBOOK_JOBS", "two")
+    with pytest.raises(SystemExit, match="COURSE_NOTEBOOK_JOBS='two'"):
+        execute_chapters.default_jobs()

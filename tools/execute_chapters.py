@@ -12,6 +12,8 @@ A notebook whose code has not changed since it was cached is not run again.
     python tools/execute_chapters.py chapters/01_seq2seq_attention.ipynb
 
 Prints the time each notebook took and writes them to ``_build/chapter_timings.json``.
+Chapters run side by side where the machine has the cores for it (``--jobs``, see
+``default_jobs``): each chapter's time is then measured beside another chapter.
 Exit status 1 if any notebook failed or ran out of time.
 
 The test pass (``tools/test.sh``) runs every chapter once, here, with ``--force --check``:
@@ -75,6 +77,26 @@ def default_budget() -> int:
     from lib import config
 
     return 6 * 3600 if config.is_full() else 900
+
+
+def default_jobs() -> int:
+    """Chapters side by side: ``COURSE_NOTEBOOK_JOBS``, else the cores this process may use divided
+    by the threads each chapter takes (``lib.device.default_cpu_threads``), at least 1.
+
+    Why: a chapter trains on one thread of a 2-core machine (on a shared core every operator of
+    a small model waits for the slower thread), so one chapter at a time leaves a core idle;
+    two chapters, one thread each, use both without making either wait for the other's core
+    (``benchmarks/bench_chapters_side_by_side.py`` measures it)."""
+    value = os.environ.get("COURSE_NOTEBOOK_JOBS", "").strip()
+    if value:
+        if not value.isdigit() or int(value) < 1:
+            raise SystemExit(f"COURSE_NOTEBOOK_JOBS={value!r}: expected a whole number of at least 1")
+        return int(value)
+    sys.path.insert(0, str(ROOT))
+    from lib import device
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores // device.default_cpu_threads())
 
 
 def run_one(src: Path, out: Path) -> None:
@@ -261,9 +283,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true",
                     help="compare the checked cells' outputs with the stored ones (as nbval --nbval-lax)")
     ap.add_argument("--junit", type=Path, default=None, help="write a JUnit XML report (one case per notebook)")
-    ap.add_argument("--jobs", type=int, default=int(os.environ.get("COURSE_NOTEBOOK_JOBS", "1")),
-                    help="chapters executed side by side, each on its own thread(s) (default: "
-                         "COURSE_NOTEBOOK_JOBS, else 1)")
+    ap.add_argument("--jobs", type=int, default=None,
+                    help="chapters executed side by side (default: COURSE_NOTEBOOK_JOBS, else as many as "
+                         "the cores hold at lib.device's threads per chapter: 2 on a 2-core machine)")
     ap.add_argument("--one", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -274,10 +296,11 @@ def main(argv: list[str] | None = None) -> int:
     for p in paths:
         if not p.exists():
             ap.error(f"no such notebook: {p}")
-    if args.jobs < 1:
-        ap.error(f"--jobs must be at least 1, not {args.jobs}")
+    jobs = args.jobs if args.jobs is not None else default_jobs()
+    if jobs < 1:
+        ap.error(f"--jobs must be at least 1, not {jobs}")
     return execute(paths, args.budget or default_budget(), force=args.force, check=args.check, junit=args.junit,
-                   jobs=args.jobs)
+                   jobs=jobs)
 
 
 if __name__ == "__main__":

@@ -31,7 +31,8 @@ pytest_stage() {  # pytest with a JUnit report per stage; exit 5 (nothing collec
 notebooks() {
   # Each chapter runs once, here: executed into the book's jupyter-cache (--force: even if
   # cached, since the cache key ignores lib), its checked cells compared with their stored
-  # outputs as nbval --nbval-lax would (--check), per-chapter times printed. The book stage
+  # outputs as nbval --nbval-lax would (--check), per-chapter times printed; chapters run side
+  # by side where the cores allow (two on a 2-core machine, one thread each). The book stage
   # then finds every chapter in the cache and only renders it.
   .venv/bin/python tools/execute_chapters.py --force --check --junit "$reports/notebooks.xml"
 }

@@ -63,6 +63,7 @@ REGISTRY_FILE = "registry.json"
 MIRROR_ENV = "COURSE_CHECKPOINT_MIRROR"
 BUDGET_BYTES = 100_000_000
 FORMAT = "lib.checkpoints/1"
+META_KEY = "lib.checkpoints"     # the safetensors metadata entry that holds ours (one JSON string)
 
 
 class CheckpointError(RuntimeError):
@@ -268,7 +269,9 @@ def save_weights(model: nn.Module, file: str | os.PathLike, dtype: torch.dtype, 
     state, _ = weights_state(model)
     state = {k: (v.detach().to(dtype) if v.is_floating_point() else v.detach()).contiguous().cpu()
              for k, v in state.items()}
-    header = {"format": FORMAT, **{k: json.dumps(v) for k, v in metadata.items()}}
+    # one metadata entry: safetensors writes several in a random order, and the same weights must
+    # give the same bytes (and so the same SHA-256) every time
+    header = {META_KEY: json.dumps({"format": FORMAT, **metadata}, sort_keys=True, ensure_ascii=False)}
     blob = save(state, metadata=header)
     with atomic_write(file, "wb") as fh:
         fh.write(blob)
@@ -284,13 +287,12 @@ def read_weights(file: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     try:
         state = load(blob)
         n = int.from_bytes(blob[:8], "little")
-        meta = json.loads(blob[8:8 + n]).get("__metadata__", {})
+        meta = json.loads(json.loads(blob[8:8 + n]).get("__metadata__", {}).get(META_KEY, "{}"))
     except (SafetensorError, ValueError) as e:
         raise CheckpointError(f"{file} is not a safetensors file ({e})") from None
-    if meta.get("format") != FORMAT:
+    if meta.pop("format", None) != FORMAT:
         raise CheckpointError(f"{file} was not written by lib.checkpoints.save_weights")
-    return ({k: v.float() if v.is_floating_point() else v for k, v in state.items()},
-            {k: json.loads(v) for k, v in meta.items() if k != "format"})
+    return {k: v.float() if v.is_floating_point() else v for k, v in state.items()}, meta
 
 
 def load_state(name: str, config: Any = None, root: str | os.PathLike | None = None

@@ -397,6 +397,15 @@ def _barrier() -> None:
         torch.distributed.barrier()
 
 
+def _agree(flag: bool) -> bool:
+    """Rank 0's answer, in every process (so that all stop together)."""
+    if device.world_size() == 1:
+        return flag
+    t = torch.tensor([int(flag)])
+    torch.distributed.broadcast(t, src=0)
+    return bool(t.item())
+
+
 def _fmt_time(seconds: float) -> str:
     m, s = divmod(int(seconds), 60)
     h, m = divmod(m, 60)
@@ -463,10 +472,6 @@ def train_run(run: Run, minutes: float | None, say: Callable[[str], None] = prin
     for boundary in run.boundaries(eval_every):
         if boundary <= done:
             continue
-        if minutes is not None and time.perf_counter() - started > minutes * 60:
-            say(f"stopped after {minutes:g} minutes at step {done:,} of {run.steps:,}: run the same command "
-                "again to continue from there")
-            return None
         chunk_start = time.perf_counter()
         with contextlib.redirect_stdout(io.StringIO()):    # fit's "resumed from ..." line, once per chunk
             history = train.fit(model, loader, optimizer=optimizer, scheduler=scheduler, step_fn=step_fn,
@@ -489,6 +494,10 @@ def train_run(run: Run, minutes: float | None, say: Callable[[str], None] = prin
         if boundary in snapshot_steps and rank == 0:
             write_snapshot(run, model, heldout, boundary, snapshot_steps[boundary], meta, say)
         _barrier()
+        if _agree(minutes is not None and time.perf_counter() - started >= minutes * 60) and done < run.steps:
+            say(f"stopped after {minutes:g} minutes at step {done:,} of {run.steps:,} (checkpoint {state_file}): "
+                "run the same command again to continue from there")
+            return None
     return {"model": model, "history": history, "heldout": heldout, "meta": meta, "clock": clock,
             "tokenizer": tok, "eval_every": eval_every}
 

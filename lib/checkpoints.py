@@ -142,15 +142,15 @@ def _root(root: str | os.PathLike | None) -> Path:
 
 def registry(root: str | os.PathLike | None = None) -> dict[str, CheckpointInfo]:
     """Every registered checkpoint, by name (``<root>/registry.json``; empty when there is none)."""
+    from lib.text import _read_json
+
     file = _root(root) / REGISTRY_FILE
     if not file.is_file():
         return {}
     try:
-        raw = json.loads(file.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise CheckpointError(f"{file} is not valid JSON ({e}); restore it from git") from None
-    if not isinstance(raw, dict) or raw.get("format") != FORMAT or not isinstance(raw.get("checkpoints"), dict):
-        raise CheckpointError(f"{file} is not a checkpoint registry (format {FORMAT!r}); restore it from git")
+        raw = _read_json(file, FORMAT, "checkpoint registry", "lib.checkpoints.register")
+    except (ValueError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{e}; restore it from git") from None
     out = {}
     for name, e in raw["checkpoints"].items():
         files = {k: FileEntry(**f) for k, f in e["files"].items()}

@@ -60,6 +60,9 @@ def test_half_precision_weights_load_as_float32(root):
     assert loaded.bert.word_embeddings.weight.dtype == torch.float32
     assert torch.equal(loaded.bert.word_embeddings.weight, w.detach().to(torch.bfloat16).float())
     assert not torch.equal(loaded.bert.word_embeddings.weight, w)
+    state, _, meta = checkpoints.load_state("toy", root=root)
+    assert {v.dtype for v in state.values() if v.is_floating_point()} == {torch.float32}
+    assert meta["kind"] == "bert-mlm"
 
 
 def test_missing_file_names_the_file_and_the_rebuild_command(root):
@@ -146,7 +149,7 @@ def test_a_file_missing_here_is_taken_from_the_mirror(root, tmp_path, monkeypatc
 
 def test_unknown_name_says_how_to_build_it(root):
     build(root, make_model())
-    with pytest.raises(checkpoints.CheckpointError, match="python -m tools.pretrain ko-bert"):
+    with pytest.raises(checkpoints.CheckpointError, match="`python -m tools.pretrain ko-bert`"):
         checkpoints.load("ko-bert@2M", root=root)
 
 

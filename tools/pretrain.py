@@ -139,10 +139,10 @@ class Recipe:
 _BERT_4x256 = dict(hidden_size=256, num_layers=4, num_heads=4, intermediate_size=1024)
 RECIPES: dict[str, Recipe] = {r.name: r for r in [
     Recipe("ko-bert", "bert-mlm", "Korean BERT (4 layers x 256), masked LM only, on the NSMC crawl without any "
-           "test review", corpus="nsmc", model=_BERT_4x256),
+           "test review", corpus="nsmc", model=_BERT_4x256, heldout_sequences=1024),
     Recipe("gpt-imdb", "gpt-lm", "GPT-2-style decoder (4 layers x 256) on IMDB's training and unlabelled reviews, "
            "never a test review", corpus="imdb", model=dict(n_layer=4, n_head=4, n_embd=256, dropout=0.0),
-           seq_len=128, batch_size=32, lowercase=False, tokens=24_000_000),
+           seq_len=128, batch_size=32, tokens=24_000_000, heldout_sequences=512),
     # for the tests: the same code on 3,000 rows of the crawl, a model of a few thousand parameters
     Recipe("ko-bert-tiny", "bert-mlm", "test recipe: ko-bert's code at toy size", corpus="nsmc-first-3000",
            model=dict(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64), vocab_size=400,
@@ -518,9 +518,24 @@ def _weights_metadata(run: Run, model, tokens: int, step: int, losses: dict, dty
             "tokens_seen": tokens, "steps": step, "heldout_loss": losses, "stored_dtype": dtype}
 
 
+def check_budget(run: Run, model, dtype: str, extra: int = 100_000) -> None:
+    """Refuse before writing anything when the output would break the folder's size budget."""
+    if run.out != checkpoints.CHECKPOINT_DIR.resolve():
+        return
+    others = {k: v for k, v in checkpoints.registry(run.out).items() if k.split("@")[0] != run.recipe.name}
+    state, _ = checkpoints.weights_state(model)
+    weights = sum(t.numel() * (DTYPES[dtype].itemsize if t.is_floating_point() else t.element_size())
+                  for t in state.values())
+    planned = checkpoints.total_size(others) + weights * (1 + len(run.snapshot_steps())) + extra
+    if planned > checkpoints.BUDGET_BYTES:
+        raise SystemExit(f"{run.recipe.name} would bring {run.out} to about {planned / 1e6:.0f} MB, over its budget "
+                         f"of {checkpoints.BUDGET_BYTES / 1e6:.0f} MB: fewer snapshots, or --out elsewhere")
+
+
 def write_snapshot(run: Run, model, heldout, step: int, tokens: int, meta: dict, say) -> None:
     losses = rounded_losses(model, heldout, run.recipe.kind)
     dtype = storage_dtype(losses)
+    check_budget(run, model, dtype)
     name = f"{run.recipe.name}@{token_label(tokens)}"
     relative = f"{run.recipe.name}/snapshots/{run.recipe.name}-{token_label(tokens)}.safetensors"
     checkpoints.save_weights(model, run.out / relative, DTYPES[dtype],
@@ -547,6 +562,7 @@ def write_output(run: Run, result: dict, say: Callable[[str], None] = print) -> 
     losses = rounded_losses(model, result["heldout"], recipe.kind)
     dtype = storage_dtype(losses)
     tokens_seen = run.steps * recipe.tokens_per_step
+    check_budget(run, model, dtype)
     weights = f"{recipe.name}/model.safetensors"
     checkpoints.save_weights(model, run.out / weights, DTYPES[dtype],
                              _weights_metadata(run, model, tokens_seen, run.steps, losses, dtype))
@@ -570,7 +586,8 @@ def write_output(run: Run, result: dict, say: Callable[[str], None] = print) -> 
                      "global_batch": recipe.batch_size, "seq_len": recipe.seq_len, "lr": recipe.lr,
                      "schedule": f"linear warm-up over {recipe.warmup:.0%} of the steps, cosine to "
                                  f"{recipe.min_lr_ratio:g} x lr", "weight_decay": recipe.weight_decay,
-                     "wall_seconds": round(clock["seconds"], 1), "invocations": clock["invocations"],
+                     "wall_seconds": round(clock["seconds"], 1), "prepare_seconds": meta["seconds"],
+                     "invocations": clock["invocations"],
                      "device": clock["invocations"][-1]["device"], "precision": device.precision(run.dev).name,
                      "recipe": dataclasses.asdict(recipe)},
         "heldout": {"loss": losses["float32"], "by_stored_dtype": losses, "stored_dtype": dtype,

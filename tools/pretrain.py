@@ -356,6 +356,23 @@ def storage_dtype(losses: dict[str, float]) -> str:
 
 # ----------------------------------------------------------------------------- the run
 
+def build_training(recipe: Recipe, data_folder: Path) -> tuple:
+    """From the prepared data: (tokenizer, the training loader, the fixed held-out batches, the model
+    initialised from the recipe's seed)."""
+    from lib.text import SubwordTokenizer
+    tok = SubwordTokenizer.load(data_folder / "tokenizer.json")
+    streams = torch.load(data_folder / "streams.pt", weights_only=True)
+    dataset = DATASETS[recipe.kind](streams["train"], recipe.seq_len, tok, recipe.seed, recipe.mask_prob)
+    held = DATASETS[recipe.kind](streams["heldout"], recipe.seq_len, tok, recipe.seed + 1, recipe.mask_prob)
+    held_items = [held[i] for i in range(min(recipe.heldout_sequences, len(held)))]
+    heldout = [tuple(torch.stack(t) for t in zip(*held_items[i:i + 64])) for i in range(0, len(held_items), 64)]
+    sampler = train.GlobalBatchSampler(len(dataset), recipe.batch_size, recipe.seed, tag_epoch=True)
+    loader = torch.utils.data.DataLoader(dataset, batch_sampler=sampler)
+    torch.manual_seed(recipe.seed)
+    model = checkpoints.build_model(recipe.kind, recipe.model_config(tok.vocab_size))
+    return tok, loader, heldout, model
+
+
 @dataclass
 class Run:
     """A run's fixed settings (``run.json`` in the scratch folder) and where its files go."""
@@ -440,19 +457,7 @@ def train_run(run: Run, minutes: float | None, say: Callable[[str], None] = prin
         meta = prepare(recipe, run.scratch / "data")
     _barrier()
     meta = json.loads((run.scratch / "data" / "data.json").read_text())
-    from lib.text import SubwordTokenizer
-    tok = SubwordTokenizer.load(run.scratch / "data" / "tokenizer.json")
-    streams = torch.load(run.scratch / "data" / "streams.pt", weights_only=True)
-
-    dataset = DATASETS[recipe.kind](streams["train"], recipe.seq_len, tok, recipe.seed, recipe.mask_prob)
-    held = DATASETS[recipe.kind](streams["heldout"], recipe.seq_len, tok, recipe.seed + 1, recipe.mask_prob)
-    held_items = [held[i] for i in range(min(recipe.heldout_sequences, len(held)))]
-    heldout = [tuple(torch.stack(t) for t in zip(*held_items[i:i + 64])) for i in range(0, len(held_items), 64)]
-    sampler = train.GlobalBatchSampler(len(dataset), recipe.batch_size, recipe.seed, tag_epoch=True)
-    loader = torch.utils.data.DataLoader(dataset, batch_sampler=sampler)
-
-    torch.manual_seed(recipe.seed)
-    model = checkpoints.build_model(recipe.kind, recipe.model_config(tok.vocab_size))
+    tok, loader, heldout, model = build_training(recipe, run.scratch / "data")
     optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.lr, weight_decay=recipe.weight_decay)
     scheduler = train.warmup_cosine(optimizer, warmup_steps=max(1, round(recipe.warmup * run.steps)),
                                     total_steps=max(run.steps, 2), min_ratio=recipe.min_lr_ratio)

@@ -143,6 +143,11 @@ def test_output_has_weights_tokenizer_card_and_registry_and_no_optimizer_state(d
     snap = checkpoints.load("ko-bert-tiny@1024", root=out)
     assert snap.card["tokens_seen"] == 1024
     assert "# ko-bert-tiny" in (out / "ko-bert-tiny" / "card.md").read_text()
+    # the same command once the schedule has ended writes the same checkpoint again
+    before = checkpoints.info("ko-bert-tiny", out).files["weights"].sha256
+    again = run(tmp_path, "--snapshots", "1024")["card"]
+    assert checkpoints.info("ko-bert-tiny", out).files["weights"].sha256 == before
+    assert again["heldout"]["curve"] == card["heldout"]["curve"]
 
 
 def test_storage_dtype_is_the_smallest_that_loses_nothing_measurable():

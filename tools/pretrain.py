@@ -472,17 +472,21 @@ def train_run(run: Run, minutes: float | None, say: Callable[[str], None] = prin
                                  "device": device.summary(dev), "world_size": world})
     started = time.perf_counter()
     snapshot_steps = run.snapshot_steps()
-    history = train.History()
+    history = None
     step_fn = STEP_FNS[recipe.kind]
+
+    def evaluate(m):
+        return {"loss": heldout_loss(m, heldout, recipe.kind)}
+
     for boundary in run.boundaries(eval_every):
         if boundary <= done:
             continue
         chunk_start = time.perf_counter()
         with contextlib.redirect_stdout(io.StringIO()):    # fit's "resumed from ..." line, once per chunk
             history = train.fit(model, loader, optimizer=optimizer, scheduler=scheduler, step_fn=step_fn,
-                                epochs=None, max_steps=boundary, eval_fn=lambda m: {"loss": heldout_loss(m, heldout, recipe.kind)},
-                                eval_every=eval_every, device=dev, checkpoint=state_file, resume=True,
-                                progress=False, log_every=log_every, seed=recipe.seed)
+                                epochs=None, max_steps=boundary, eval_fn=evaluate, eval_every=eval_every, device=dev,
+                                checkpoint=state_file, resume=True, progress=False, log_every=log_every,
+                                seed=recipe.seed)
         seconds = time.perf_counter() - chunk_start
         if rank == 0:
             clock["seconds"] += seconds
@@ -503,6 +507,10 @@ def train_run(run: Run, minutes: float | None, say: Callable[[str], None] = prin
             say(f"stopped after {minutes:g} minutes at step {done:,} of {run.steps:,} (checkpoint {state_file}): "
                 "run the same command again to continue from there")
             return None
+    if history is None:          # the schedule had ended before this invocation: the model it left
+        history = train.load_checkpoint(state_file, model)["history"]
+        if history.records[-1].get("step") != run.steps or "eval_loss" not in history.records[-1]:
+            history.records.append({"step": run.steps, **{f"eval_{k}": v for k, v in evaluate(model).items()}})
     return {"model": model, "history": history, "heldout": heldout, "meta": meta, "clock": clock,
             "tokenizer": tok, "eval_every": eval_every}
 

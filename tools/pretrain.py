@@ -321,7 +321,9 @@ def heldout_loss(model, batches: list, kind: str) -> float:
     was = model.training
     model.eval()
     total = count = 0.0
+    where = next(model.parameters()).device
     for x, y in batches:
+        x, y = x.to(where), y.to(where)
         if kind == "bert-mlm":
             logits = model(x, mlm_labels=y, only_masked=True).mlm_logits
             targets = y[y != mlm.IGNORE_INDEX]

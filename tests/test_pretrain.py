@@ -150,6 +150,24 @@ def test_output_has_weights_tokenizer_card_and_registry_and_no_optimizer_state(d
     assert again["heldout"]["curve"] == card["heldout"]["curve"]
 
 
+def test_a_snapshot_missed_by_an_interruption_is_written_on_resume(data_mirror, tmp_path, monkeypatch):
+    def killed(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pretrain, "write_snapshot", killed)      # killed after the checkpoint at 1024 tokens
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path, "--snapshots", "1024", "--minutes", "0")
+    monkeypatch.undo()
+    at_snapshot = state(tmp_path)
+    assert at_snapshot["step"] == 4 and "ko-bert-tiny@1024" not in checkpoints.registry(tmp_path / "out")
+    run(tmp_path, "--snapshots", "1024", "--minutes", "0")
+    snap = checkpoints.load("ko-bert-tiny@1024", root=tmp_path / "out")
+    assert snap.card["steps"] == 4 and state(tmp_path)["step"] == 8
+    stored = pretrain.DTYPES[snap.card["stored_dtype"]]
+    key = "bert.embeddings.word_embeddings.weight"
+    assert torch.equal(snap.model.state_dict()[key], at_snapshot["model"][key].to(stored).float())
+
+
 def test_storage_dtype_is_the_smallest_that_loses_nothing_measurable():
     tol = pretrain.DTYPE_TOLERANCE
     assert pretrain.storage_dtype({"float32": 5.0, "float16": 5.0 + tol / 2, "bfloat16": 5.0}) == "float16"

@@ -480,6 +480,10 @@ def train_run(run: Run, minutes: float | None, say: Callable[[str], None] = prin
     def evaluate(m):
         return {"loss": heldout_loss(m, heldout, recipe.kind)}
 
+    if done in snapshot_steps and rank == 0 and f"{recipe.name}@{token_label(snapshot_steps[done])}" not in \
+            checkpoints.registry(run.out):    # stopped between the checkpoint and the snapshot: write it now
+        train.load_checkpoint(state_file, model)
+        write_snapshot(run, model, heldout, done, snapshot_steps[done], meta, say)
     for boundary in run.boundaries(eval_every):
         if boundary <= done:
             continue

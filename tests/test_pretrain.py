@@ -150,6 +150,20 @@ def test_output_has_weights_tokenizer_card_and_registry_and_no_optimizer_state(d
     assert again["heldout"]["curve"] == card["heldout"]["curve"]
 
 
+def test_the_gpt_recipe_trains_and_loads_as_a_gpt(data_mirror, tmp_path):
+    from lib.models.gpt import GPT
+    result = pretrain.main(["gpt-imdb-tiny", "--out", str(tmp_path / "out"), "--scratch", str(tmp_path / "s")])
+    ckpt = checkpoints.load("gpt-imdb-tiny", root=tmp_path / "out")
+    assert isinstance(ckpt.model, GPT) and ckpt.model.lm_head.weight is ckpt.model.wte.weight
+    x, y = result["heldout"][0]
+    assert torch.equal(y[:, :-1], x[:, 1:])                        # next-token targets
+    card = result["card"]
+    loss = pretrain.heldout_loss(ckpt.model, result["heldout"], "gpt-lm")
+    assert loss == pytest.approx(card["heldout"]["by_stored_dtype"][card["heldout"]["stored_dtype"]], abs=1e-6)
+    curve = card["heldout"]["curve"]
+    assert curve[-1]["heldout_loss"] < curve[0]["heldout_loss"]
+
+
 def test_a_snapshot_missed_by_an_interruption_is_written_on_resume(data_mirror, tmp_path, monkeypatch):
     def killed(*args):
         raise KeyboardInterrupt

@@ -193,5 +193,10 @@ def test_a_resumed_run_must_keep_its_settings(data_mirror, tmp_path):
     run(tmp_path, "--minutes", "0")
     with pytest.raises(SystemExit, match="tokens"):
         run(tmp_path, "--tokens", "4096")
+    data = (tmp_path / "scratch" / "ko-bert-tiny" / "data" / "streams.pt").stat().st_mtime_ns
+    assert run(tmp_path, "--tokens", "4096", "--fresh", "--minutes", "0") == {"card": None}
+    assert state(tmp_path)["step"] == 4 and json.loads(
+        (tmp_path / "scratch" / "ko-bert-tiny" / "run.json").read_text())["tokens"] == 4096
+    assert (tmp_path / "scratch" / "ko-bert-tiny" / "data" / "streams.pt").stat().st_mtime_ns == data
     with pytest.raises(SystemExit, match="separate"):
         pretrain.main(["ko-bert-tiny", "--out", str(tmp_path), "--scratch", str(tmp_path / "s")])

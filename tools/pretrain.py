@@ -33,7 +33,7 @@ What a run does
 ``--tokens`` sets the length of the learning-rate schedule (warm-up, then cosine); ``--minutes``
 stops this invocation after that much wall time, at a checkpoint (run the command again to go on).
 A resumed run must keep the recipe, ``--tokens``, ``--snapshots`` and the number of processes;
-``--fresh`` starts over.
+``--fresh`` starts over (reusing the prepared data when the recipe's data settings are unchanged).
 """
 from __future__ import annotations
 
@@ -47,7 +47,6 @@ import json
 import math
 import os
 import shlex
-import shutil
 import sys
 import time
 from dataclasses import dataclass, field
@@ -668,7 +667,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--out", type=Path, default=checkpoints.CHECKPOINT_DIR,
                     help="where the checkpoint goes (default: the repository's checkpoints/)")
     ap.add_argument("--scratch", type=Path, default=SCRATCH, help="resume state and prepared data (default .pretrain/)")
-    ap.add_argument("--fresh", action="store_true", help="delete this recipe's resume state and start over")
+    ap.add_argument("--fresh", action="store_true",
+                    help="delete this recipe's resume state and start over (the prepared data is kept)")
     ap.add_argument("--threads", type=int, help="CPU threads per process (default: lib.device's policy)")
     ap.add_argument("--precision", choices=("auto", "fp32", "bf16"),
                     help="training precision (sets COURSE_PRECISION; default: lib.device's policy)")
@@ -695,8 +695,9 @@ def main(argv: list[str] | None = None) -> dict | None:
     dev = device.setup(seed=recipe.seed, cpu_threads=args.threads)
     main_process = device.is_main_process()
     say = print if main_process else (lambda line: None)
-    if args.fresh and main_process and scratch.exists():
-        shutil.rmtree(scratch)
+    if args.fresh and main_process:           # the prepared data (checked against the recipe) is kept
+        for name in ("state.pt", "run.json", "clock.json"):
+            (scratch / name).unlink(missing_ok=True)
     _barrier()
     run = Run(recipe, tokens, snapshots, scratch, out, canonical_command(recipe.name, tokens, snapshots, args.set), dev)
     say(f"{recipe.name}: {run.steps:,} steps of {recipe.batch_size} x {recipe.seq_len} tokens = "

@@ -470,7 +470,7 @@ def train_run(run: Run, minutes: float | None, say: Callable[[str], None] = prin
     clock = _read_json(clock_file, {"seconds": 0.0, "invocations": []})
     clock["invocations"].append({"started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
                                  "from_step": done, "to_step": done, "seconds": 0.0,
-                                 "device": device.summary(dev), "world_size": world})
+                                 "device": device.summary(dev), "world_size": world, **git_commit()})
     started = time.perf_counter()
     snapshot_steps = run.snapshot_steps()
     history = None

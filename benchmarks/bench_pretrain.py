@@ -4,7 +4,8 @@ The step is the one ``lib.train.fit`` takes in ``python -m tools.pretrain`` (the
 batches from its prepared data, its loss, backward, clipping at 1.0, AdamW), without the evaluations
 and checkpoints. Two copies start from the same weights; they train in alternation, ``--rounds``
 rounds of ``--seconds / --rounds`` seconds each per precision, so that a neighbour's load on a shared
-machine falls on both. The data must be prepared once (``python -m tools.pretrain <recipe>`` does it
+machine falls on both; the CPU time of the process is recorded too (tokens per CPU second: what a core
+of one's own would give, near enough, when neighbours take turns on it). The data must be prepared once (``python -m tools.pretrain <recipe>`` does it
 first, in ``.pretrain/<recipe>/data``; ``--prepare`` does only that here).
 
     .venv/bin/python benchmarks/bench_pretrain.py ko-bert --threads 1 --seconds 60   # results/bench_pretrain.json
@@ -48,7 +49,7 @@ def main(argv=None) -> dict:
     for kind in ("bf16", "fp32"):
         m = copy.deepcopy(model).to(dev).train()
         arms[kind] = {"model": m, "opt": torch.optim.AdamW(m.parameters(), lr=recipe.lr),
-                      "batches": iter(loader), "steps": 0, "seconds": 0.0, "losses": []}
+                      "batches": iter(loader), "steps": 0, "seconds": 0.0, "cpu_seconds": 0.0, "losses": []}
 
     def step(arm, kind):
         batch = next(arm["batches"])
@@ -65,17 +66,20 @@ def main(argv=None) -> dict:
         step(arm, kind)
     for _ in range(args.rounds):
         for kind, arm in arms.items():
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             while time.perf_counter() - start < args.seconds / args.rounds:
                 step(arm, kind)
                 arm["steps"] += 1
             arm["seconds"] += time.perf_counter() - start
-    rows = {kind: {"steps": a["steps"], "seconds": round(a["seconds"], 1),
+            arm["cpu_seconds"] += time.process_time() - cpu
+    rows = {kind: {"steps": a["steps"], "seconds": round(a["seconds"], 1), "cpu_seconds": round(a["cpu_seconds"], 1),
                    "tokens_per_second": round(a["steps"] * recipe.tokens_per_step / a["seconds"]),
+                   "tokens_per_cpu_second": round(a["steps"] * recipe.tokens_per_step / a["cpu_seconds"]),
                    "last_loss": round(a["losses"][-1], 3)} for kind, a in arms.items()}
     for kind, r in rows.items():
-        print(f"{recipe.name} {kind}: {r['tokens_per_second']:,} tokens/s ({r['steps']} steps of "
-              f"{recipe.tokens_per_step} tokens in {r['seconds']} s), threads {args.threads}")
+        print(f"{recipe.name} {kind}: {r['tokens_per_second']:,} tokens/s, {r['tokens_per_cpu_second']:,} per CPU "
+              f"second ({r['steps']} steps of {recipe.tokens_per_step} tokens in {r['seconds']} s, "
+              f"{r['cpu_seconds']} s of CPU), threads {args.threads}")
     ratio = rows["bf16"]["tokens_per_second"] / rows["fp32"]["tokens_per_second"]
     print(f"bf16 / fp32: {ratio:.2f}")
     return _report.write(args.out, {"recipe": recipe.name, "tokens_per_step": recipe.tokens_per_step,

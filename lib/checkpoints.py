@@ -33,7 +33,8 @@ What ``load`` refuses, each with one message naming the file and the command tha
 * a file whose SHA-256 is not the registered one (a half-copied file, a rebuild that was not
   registered, a file changed by hand);
 * a configuration that does not match: the one the caller asks for, the registry's, and the one
-  written into the weights file's metadata must agree.
+  written into the weights file's metadata must agree (dropout rates excepted: they are settings of
+  a run, not of the weights, so ``load(name, config=...)`` builds the model with the caller's).
 
 Nothing half-written is ever read: every file is written to a temporary file beside its
 final name and renamed (``lib.io.atomic_write``), and a file is read only after its checksum
@@ -63,6 +64,8 @@ REGISTRY_FILE = "registry.json"
 MIRROR_ENV = "COURSE_CHECKPOINT_MIRROR"
 BUDGET_BYTES = 100_000_000
 FORMAT = "lib.checkpoints/1"
+#: configuration fields that are settings of a run, not of the weights: a caller may ask for others
+RUNTIME_FIELDS = frozenset({"dropout", "attention_dropout"})
 META_KEY = "lib.checkpoints"     # the safetensors metadata entry that holds ours (one JSON string)
 
 
@@ -243,7 +246,7 @@ def path(name: str, key: str = "weights", root: str | os.PathLike | None = None)
 
 
 def _check_config(name: str, entry: CheckpointInfo, expected: Mapping[str, Any], where: str, file: Path) -> None:
-    keys = sorted(set(expected) | set(entry.config))
+    keys = sorted((set(expected) | set(entry.config)) - RUNTIME_FIELDS)
     diff = [f"{k}: {where} {expected.get(k, '(absent)')!r}, registered {entry.config.get(k, '(absent)')!r}"
             for k in keys if expected.get(k, None) != entry.config.get(k, None)]
     if diff:
@@ -317,7 +320,8 @@ def load(name: str, config: Any = None, root: str | os.PathLike | None = None) -
     from lib.text import SubwordTokenizer
 
     state, entry, meta = load_state(name, config, root)
-    model = build_model(entry.kind, entry.config)
+    asked = config_dict(config) if config is not None else {}
+    model = build_model(entry.kind, {**entry.config, **{k: asked[k] for k in RUNTIME_FIELDS if k in asked}})
     _, tied = weights_state(model)
     missing, unexpected = model.load_state_dict(state, strict=False)
     if set(missing) != set(tied) or unexpected:

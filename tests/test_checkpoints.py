@@ -92,6 +92,9 @@ def test_config_mismatch_is_refused_with_the_differing_field(root):
         checkpoints.load("toy", config=asked, root=root)
     assert "num_layers" in str(e.value) and COMMAND in str(e.value) and "model.safetensors" in str(e.value)
     assert checkpoints.load("toy", config=B.BertConfig(**CONFIG), root=root).model.cfg == B.BertConfig(**CONFIG)
+    # dropout is a setting of the run that fine-tunes, not of the weights: asked for, it is given
+    tuned = checkpoints.load("toy", config=B.BertConfig(**CONFIG, dropout=0.3, attention_dropout=0.0), root=root)
+    assert (tuned.model.cfg.dropout, tuned.model.cfg.attention_dropout) == (0.3, 0.0)
 
 
 def test_weights_written_for_another_config_than_registered_are_refused(root):

@@ -135,7 +135,11 @@ class Recipe:
         return {**self.model, "vocab_size": vocab_size, "block_size": self.seq_len}
 
 
-_BERT_4x256 = dict(hidden_size=256, num_layers=4, num_heads=4, intermediate_size=1024)
+# No dropout while pretraining: a run of one or two passes does not overfit, and on a CPU dropout's
+# random masks cost about a fifth of the step (measured with the profiler). Fine-tuning asks for its
+# own (lib.checkpoints.load(name, config=...) takes the caller's dropout rates).
+_BERT_4x256 = dict(hidden_size=256, num_layers=4, num_heads=4, intermediate_size=1024, dropout=0.0,
+                   attention_dropout=0.0)
 RECIPES: dict[str, Recipe] = {r.name: r for r in [
     Recipe("ko-bert", "bert-mlm", "Korean BERT (4 layers x 256), masked LM only, on the NSMC crawl without any "
            "test review", corpus="nsmc", model=_BERT_4x256, heldout_sequences=1024),

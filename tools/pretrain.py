@@ -142,7 +142,7 @@ _BERT_4x256 = dict(hidden_size=256, num_layers=4, num_heads=4, intermediate_size
                    attention_dropout=0.0)
 RECIPES: dict[str, Recipe] = {r.name: r for r in [
     Recipe("ko-bert", "bert-mlm", "Korean BERT (4 layers x 256), masked LM only, on the NSMC crawl without any "
-           "test review", corpus="nsmc", model=_BERT_4x256, heldout_sequences=1024),
+           "test review", corpus="nsmc", model=_BERT_4x256, heldout_sequences=512),
     Recipe("gpt-imdb", "gpt-lm", "GPT-2-style decoder (4 layers x 256) on IMDB's training and unlabelled reviews, "
            "never a test review", corpus="imdb", model=dict(n_layer=4, n_head=4, n_embd=256, dropout=0.0),
            seq_len=128, batch_size=32, tokens=24_000_000, heldout_sequences=512),
@@ -297,13 +297,18 @@ class PackedLM(torch.utils.data.Dataset):
         return chunk[:-1], chunk[1:]
 
 
+def masked_logits(model, ids: torch.Tensor, chosen: torch.Tensor) -> torch.Tensor:
+    """The MLM head's logits at the ``chosen`` positions only (BertForPreTraining's ``only_masked``,
+    without the NSP head and the loss it would compute besides ours)."""
+    return model.mlm(model.bert(ids).last_hidden_state[chosen])
+
+
 def mlm_step(model, batch):
     """The masked-LM loss, each sequence weighted equally (the mean over its masked tokens, then over
     the batch), so that the mean over processes is the mean over the global batch."""
     ids, labels = batch
-    out = model(ids, mlm_labels=labels, only_masked=True)
     chosen = labels != mlm.IGNORE_INDEX
-    per_token = F.cross_entropy(out.mlm_logits.float(), labels[chosen], reduction="none")
+    per_token = F.cross_entropy(masked_logits(model, ids, chosen).float(), labels[chosen], reduction="none")
     rows = chosen.nonzero()[:, 0]
     weight = 1.0 / (chosen.sum(1).clamp(min=1)[rows] * ids.shape[0])
     return (per_token * weight).sum(), {}
@@ -328,8 +333,7 @@ def heldout_loss(model, batches: list, kind: str) -> float:
     for x, y in batches:
         x, y = x.to(where), y.to(where)
         if kind == "bert-mlm":
-            logits = model(x, mlm_labels=y, only_masked=True).mlm_logits
-            targets = y[y != mlm.IGNORE_INDEX]
+            logits, targets = masked_logits(model, x, y != mlm.IGNORE_INDEX), y[y != mlm.IGNORE_INDEX]
         else:
             logits, targets = model(x)[0].flatten(0, 1), y.flatten()
         total += F.cross_entropy(logits.float(), targets, reduction="sum").item()

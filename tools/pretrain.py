@@ -5,7 +5,7 @@
 
     python -m tools.pretrain --list                                 # the recipes
     python -m tools.pretrain ko-bert                                # the recipe's token budget
-    python -m tools.pretrain ko-bert --tokens 36M --minutes 60 --snapshots 2M,6M,15M
+    python -m tools.pretrain ko-bert --tokens 40M --snapshots 3M,10M --minutes 150
     torchrun --nproc_per_node 2 -m tools.pretrain ko-bert           # data parallel (CPU: gloo)
 
 What a run does
@@ -117,7 +117,7 @@ class Recipe:
     weight_decay: float = 0.01
     warmup: float = 0.05            # share of the steps
     min_lr_ratio: float = 0.1       # the cosine ends at lr * min_lr_ratio
-    tokens: int = 36_000_000        # default length of the schedule
+    tokens: int = 40_000_000        # default length of the schedule
     eval_every_tokens: int = 1_000_000
     log_every_tokens: int = 100_000  # how often the averaged training loss goes to the history
     heldout_every: int = 100        # every 100th document is held out

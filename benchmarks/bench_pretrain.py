@@ -4,9 +4,9 @@ The step is the one ``lib.train.fit`` takes in ``python -m tools.pretrain`` (the
 batches from its prepared data, its loss, backward, clipping at 1.0, AdamW), without the evaluations
 and checkpoints. Two copies start from the same weights; they train in alternation, ``--rounds``
 rounds of ``--seconds / --rounds`` seconds each per precision, so that a neighbour's load on a shared
-machine falls on both; the CPU time of the process is recorded too (tokens per CPU second: what a core
-of one's own would give, near enough, when neighbours take turns on it). The data must be prepared once (``python -m tools.pretrain <recipe>`` does it
-first, in ``.pretrain/<recipe>/data``; ``--prepare`` does only that here).
+machine falls on both; the CPU time of the process is recorded too (tokens per CPU second: nearer what
+a core of one's own would give when neighbours take turns on it). The data is prepared first when
+``.pretrain/<recipe>/data`` does not have it yet (what ``python -m tools.pretrain <recipe>`` does).
 
     .venv/bin/python benchmarks/bench_pretrain.py ko-bert --threads 1 --seconds 60   # results/bench_pretrain.json
 
@@ -54,7 +54,7 @@ def main(argv=None) -> dict:
     def step(arm, kind):
         batch = next(arm["batches"])
         arm["opt"].zero_grad(set_to_none=True)
-        ctx = torch.autocast(dev.type, dtype=torch.bfloat16) if kind == "bf16" else torch.autocast(dev.type, enabled=False)
+        ctx = torch.autocast(dev.type, dtype=torch.bfloat16, enabled=kind == "bf16")
         with ctx:
             loss, _ = step_fn(arm["model"], batch)
         loss.backward()

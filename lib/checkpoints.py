@@ -235,8 +235,8 @@ def path(name: str, key: str = "weights", root: str | os.PathLike | None = None)
         if candidate.is_file():
             actual = file_sha256(candidate)
             if actual != f.sha256:
-                raise CheckpointError(f"{candidate} (the {key} of checkpoint {name!r}) is corrupt or not the registered "
-                                      f"file: its sha256 is {actual}, the registry says {f.sha256}. Restore it from "
+                raise CheckpointError(f"{candidate} (the {key} of checkpoint {name!r}) is corrupt or not the "
+                                      f"registered file: its sha256 is {actual}, the registry says {f.sha256}. Restore it from "
                                       f"git or {rebuild}")
             return candidate
     looked = ", ".join(str(c) for c in candidates)

@@ -623,7 +623,8 @@ def write_output(run: Run, result: dict, say: Callable[[str], None] = print) -> 
     _write_json(folder / "card.json", card)
     with atomic_write(folder / "card.md", "w", encoding="utf-8") as f:
         f.write(card_markdown(card))
-    files = {"weights": checkpoints.file_entry(run.out, weights), "tokenizer": checkpoints.file_entry(run.out, tokenizer),
+    files = {"weights": checkpoints.file_entry(run.out, weights),
+             "tokenizer": checkpoints.file_entry(run.out, tokenizer),
              "card": checkpoints.file_entry(run.out, f"{recipe.name}/card.json"),
              "card_md": checkpoints.file_entry(run.out, f"{recipe.name}/card.md")}
     checkpoints.register(checkpoints.CheckpointInfo(name=recipe.name, kind=recipe.kind,
@@ -654,7 +655,8 @@ def card_markdown(card: dict) -> str:
              + ", ".join(f"{k} {v:.4f}" for k, v in h["by_stored_dtype"].items())
              + f" (a dtype is used when within {h['tolerance_nats']:g} nats).",
              f"- **Commit**: `{card['commit']}`" + (" (with uncommitted changes)" if card["uncommitted_changes"] else ""),
-             f"- **Rebuild**: `{card['command']}`", "", "| step | tokens | train loss | held-out loss |", "|---:|---:|---:|---:|"]
+             f"- **Rebuild**: `{card['command']}`", "",
+             "| step | tokens | train loss | held-out loss |", "|---:|---:|---:|---:|"]
     lines += [f"| {c['step']:,} | {c['tokens']:,} | {c['train_loss'] if c['train_loss'] is not None else '—'} | "
               f"{c['heldout_loss']} |" for c in h["curve"]]
     return "\n".join(lines) + "\n"

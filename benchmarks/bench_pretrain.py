@@ -8,7 +8,7 @@ machine falls on both; the CPU time of the process is recorded too (tokens per C
 a core of one's own would give when neighbours take turns on it). The data is prepared first when
 ``.pretrain/<recipe>/data`` does not have it yet (what ``python -m tools.pretrain <recipe>`` does).
 
-    .venv/bin/python benchmarks/bench_pretrain.py ko-bert --threads 1 --seconds 60   # results/bench_pretrain.json
+    .venv/bin/python benchmarks/bench_pretrain.py ko-bert --threads 1 --seconds 60   # results/bench_pretrain_ko-bert.json
 
 Not part of the test pass.
 """
@@ -37,7 +37,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--seconds", type=float, default=60.0, help="training time per precision")
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--scratch", type=Path, default=pretrain.SCRATCH)
-    ap.add_argument("--out", type=Path, default=REPO / "results" / "bench_pretrain.json")
+    ap.add_argument("--out", type=Path, help="default: results/bench_pretrain_<recipe>.json")
     args = ap.parse_args(argv)
     recipe = pretrain.RECIPES[args.recipe]
     dev = device.setup(seed=0, cpu_threads=args.threads)
@@ -82,7 +82,8 @@ def main(argv=None) -> dict:
               f"{r['cpu_seconds']} s of CPU), threads {args.threads}")
     ratio = rows["bf16"]["tokens_per_second"] / rows["fp32"]["tokens_per_second"]
     print(f"bf16 / fp32: {ratio:.2f}")
-    return _report.write(args.out, {"recipe": recipe.name, "tokens_per_step": recipe.tokens_per_step,
+    out = args.out or REPO / "results" / f"bench_pretrain_{recipe.name}.json"
+    return _report.write(out, {"recipe": recipe.name, "tokens_per_step": recipe.tokens_per_step,
                                     "parameters": model.num_parameters(), "threads": args.threads,
                                     "rounds": args.rounds, "results": rows, "bf16_over_fp32": round(ratio, 3)})
 

@@ -8,7 +8,9 @@ review: IsNext pairs are consecutive reviews of the same movie, NotNext pairs ta
 another movie. The labels still come from the raw text alone (self-supervised).
 
 The reviews of the sentiment test split (:func:`lib.data.nsmc.is_test`) are left out, so the
-pre-trained model has never read a review it is later tested on.
+pre-trained model has never read a review it is later tested on. :func:`pretraining_reviews`, the
+text of the course checkpoint ``ko-bert``, also leaves out every review whose text is the text of
+a test-side review (short ones such as "최고" recur thousands of times).
 
 Explained in chapters/08_bert.ipynb.
 """
@@ -20,7 +22,7 @@ from typing import Iterable, Mapping
 from lib.data.nsmc import TEST_EVERY, is_test
 from lib.validate import check_int
 
-__all__ = ["movie_documents"]
+__all__ = ["movie_documents", "pretraining_reviews"]
 
 
 def movie_documents(rows: Iterable[Mapping], max_reviews: int | None = None, min_reviews: int = 2,
@@ -48,3 +50,16 @@ def movie_documents(rows: Iterable[Mapping], max_reviews: int | None = None, min
         if max_reviews is not None and total >= max_reviews:
             break
     return docs
+
+
+def pretraining_reviews(rows: Iterable[Mapping], test_every: int = TEST_EVERY) -> tuple[list[str], dict[str, int]]:
+    """Every review a model may read before it is tested on the sentiment split, and counts of what
+    was left out: the reviews of :func:`movie_documents` (all movies, ``min_reviews=1``), without
+    those whose text (whitespace collapsed) equals the text of a test-side review (any rating)."""
+    rows = list(rows)
+    test_side = [r for r in rows if is_test(r["review_id"], test_every)]
+    test_texts = {" ".join(str(r["review"]).split()) for r in test_side}
+    reviews = [t for d in movie_documents(rows, min_reviews=1, test_every=test_every) for t in d]
+    kept = [t for t in reviews if t not in test_texts]
+    return kept, {"rows": len(rows), "test_side_reviews": len(test_side),
+                  "same_text_as_a_test_review": len(reviews) - len(kept), "reviews": len(kept)}

@@ -18,7 +18,7 @@ The package, one module per job (everything public is re-exported here):
 
 =================  ==========================================================================
 ``loop``           ``fit`` and its ``LoopState`` (exact resume and ``torchrun``: its docstring)
-``loaders``        ``make_loader``, ``LengthBucketSampler``, ``to_device``, per-epoch re-seeding
+``loaders``        ``make_loader``, ``LengthBucketSampler``, ``GlobalBatchSampler``, ``to_device``, re-seeding
 ``schedules``      ``transformer_lr``, ``transformer_schedule``, ``warmup_cosine(_factor)``
 ``history``        ``History`` (the records of a run) and the metric averaging window
 ``checkpoint``     ``save_checkpoint``, ``load_checkpoint``, ``CheckpointError``
@@ -29,10 +29,11 @@ The package, one module per job (everything public is re-exported here):
 """
 from lib.train.checkpoint import CHECKPOINT_FORMAT, CheckpointError, load_checkpoint, save_checkpoint
 from lib.train.history import History
-from lib.train.loaders import LengthBucketSampler, make_loader, to_device
+from lib.train.loaders import GlobalBatchSampler, LengthBucketSampler, make_loader, to_device
 from lib.train.loop import LoopState, fit
 from lib.train.schedules import transformer_lr, transformer_schedule, warmup_cosine, warmup_cosine_factor
 
-__all__ = ["fit", "LoopState", "History", "to_device", "make_loader", "LengthBucketSampler", "transformer_lr",
+__all__ = ["fit", "LoopState", "History", "to_device", "make_loader", "LengthBucketSampler", "GlobalBatchSampler",
+           "transformer_lr",
            "transformer_schedule", "warmup_cosine_factor", "warmup_cosine", "save_checkpoint", "load_checkpoint",
            "CheckpointError", "CHECKPOINT_FORMAT"]

@@ -13,7 +13,8 @@ from lib import device as _device
 from lib.train.checkpoint import CheckpointError
 from lib.validate import check_bool, check_callable, check_choice, check_int
 
-__all__ = ["to_device", "make_loader", "LengthBucketSampler", "start_epoch", "epoch_iterator", "epoch_seed"]
+__all__ = ["to_device", "make_loader", "LengthBucketSampler", "GlobalBatchSampler", "start_epoch", "epoch_iterator",
+           "epoch_seed"]
 
 
 def to_device(batch: Any, device: torch.device | str) -> Any:
@@ -211,3 +212,49 @@ class LengthBucketSampler(torch.utils.data.Sampler):
             batches += [chunk[k:k + b] for k in range(0, len(chunk), b)]
         for k in permutation(len(batches)):
             yield batches[k]
+
+
+class GlobalBatchSampler(torch.utils.data.Sampler):
+    """A batch sampler whose global batches do not depend on the number of processes.
+
+    Every epoch is one permutation of ``range(n)`` drawn from ``(seed, epoch)``; global batch ``k`` is
+    its slice ``[k * global_batch, (k + 1) * global_batch)`` (an incomplete last one is dropped), and
+    process ``r`` of ``w`` (``torchrun``) takes the ``r``-th of its ``w`` equal parts. One process with
+    the same ``global_batch`` therefore trains, step for step, on exactly the examples that the
+    ``w`` processes train on together (``make_loader``'s ``DistributedSampler`` gives each process
+    its share of a different order). ``fit`` calls ``set_epoch``.
+
+    ``tag_epoch=True`` yields ``epoch * n + i`` instead of ``i``, so that a dataset can draw the
+    randomness of an example from its index, new in every epoch (``index % n`` is the example):
+    the same in every process and on every resume, without a random state to carry.
+    """
+
+    def __init__(self, n: int, global_batch: int, seed: int = 0, *, tag_epoch: bool = False,
+                 rank: int | None = None, world: int | None = None):
+        self.n = check_int("n", n, 1)
+        self.global_batch = check_int("global_batch", global_batch, 1)
+        self.seed = check_int("seed", seed, 0)
+        self.tag_epoch = check_bool("tag_epoch", tag_epoch)
+        self.world = check_int("world", world if world is not None else _device.world_size(), 1)
+        self.rank = check_int("rank", rank if rank is not None else _device.rank(), 0, self.world - 1)
+        if global_batch % self.world:
+            raise ValueError(f"global_batch={global_batch} must be divisible by the number of processes ({self.world})")
+        if n < global_batch:
+            raise ValueError(f"n={n} examples cannot fill one global batch of {global_batch}")
+        self.per_process = global_batch // self.world
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = check_int("epoch", epoch, 0)
+
+    def __len__(self) -> int:
+        return self.n // self.global_batch
+
+    def __iter__(self) -> Iterator[list[int]]:
+        g = torch.Generator().manual_seed(epoch_seed(self.seed, self.epoch))
+        order = torch.randperm(self.n, generator=g)
+        if self.tag_epoch:
+            order += self.epoch * self.n
+        for k in range(len(self)):
+            start = k * self.global_batch + self.rank * self.per_process
+            yield order[start:start + self.per_process].tolist()

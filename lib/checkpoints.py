@@ -1,0 +1,333 @@
+"""Course checkpoints: the models the course pretrains itself, found by name and checked before use.
+
+Like the dataset registry (``lib.data``), every checkpoint file is listed with its size and
+SHA-256, here together with the model's configuration and the command that rebuilds it::
+
+    from lib import checkpoints
+    ckpt = checkpoints.load("ko-bert")                # model (float32, eval mode), tokenizer, card
+    ckpt.model, ckpt.tokenizer, ckpt.card["tokens_seen"]
+    checkpoints.load("ko-bert", config=B.BertConfig(...))   # and check it is the configuration you expect
+
+Where the files live
+--------------------
+``checkpoints/`` in the repository holds them, ``<name>/model.safetensors``, ``<name>/tokenizer.json``,
+``<name>/card.json`` and ``card.md`` (and ``<name>/snapshots/`` for the few intermediate weights an
+emergence plot needs), with ``checkpoints/registry.json``, the registry itself. Only
+``python -m tools.pretrain <recipe>`` writes them (the registry entry last, once its files are in
+place). When ``COURSE_CHECKPOINT_MIRROR`` names a folder with the same layout (a published copy,
+a shared disk), a file missing from the repository is looked for there.
+
+The size budget
+---------------
+All the registered files together stay under :data:`BUDGET_BYTES` (100 MB). The course's
+models have about 5M parameters: 10 MB each in bfloat16 / float16 (weights only, the tied output
+layer stored once). Seven pretrained models (BERT, ERNIE's pair, ELMo, GPT, BART, T5) and three
+emergence snapshots of BERT come to about 100 MB: small enough that a clone stays quick and
+every file is far below GitHub's 50 MB warning, large enough for what the chapters load.
+Every rebuild adds its files to the git history, so rebuild rarely. ``register`` refuses an
+entry that would break the budget.
+
+What ``load`` refuses, each with one message naming the file and the command that rebuilds it
+--------------------------------------------------------------------------------------------
+* a missing file (in the repository and in the mirror);
+* a file whose SHA-256 is not the registered one (a half-copied file, a rebuild that was not
+  registered, a file changed by hand);
+* a configuration that does not match: the one the caller asks for, the registry's, and the one
+  written into the weights file's metadata must agree (dropout rates excepted: they are settings of
+  a run, not of the weights, so ``load(name, config=...)`` builds the model with the caller's).
+
+Nothing half-written is ever read: every file is written to a temporary file beside its
+final name and renamed (``lib.io.atomic_write``), and a file is read only after its checksum
+matched, so an interrupted write leaves either the previous file or none.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import torch
+from torch import nn
+
+from lib.io import atomic_write, sha256 as file_sha256
+
+__all__ = ["CheckpointError", "CHECKPOINT_DIR", "MIRROR_ENV", "BUDGET_BYTES", "REGISTRY_FILE", "FileEntry",
+           "CheckpointInfo", "Checkpoint", "registry", "info", "path", "load", "load_state", "save_weights",
+           "register", "total_size", "config_dict", "MODEL_KINDS", "build_model", "weights_state",
+           "file_entry"]
+
+CHECKPOINT_DIR = Path(__file__).resolve().parent.parent / "checkpoints"
+REGISTRY_FILE = "registry.json"
+MIRROR_ENV = "COURSE_CHECKPOINT_MIRROR"
+BUDGET_BYTES = 100_000_000
+FORMAT = "lib.checkpoints/1"
+#: configuration fields that are settings of a run, not of the weights: a caller may ask for others
+RUNTIME_FIELDS = frozenset({"dropout", "attention_dropout"})
+META_KEY = "lib.checkpoints"     # the safetensors metadata entry that holds ours (one JSON string)
+
+
+class CheckpointError(RuntimeError):
+    """A course checkpoint that cannot be used: missing, corrupt, or not the configuration asked for."""
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """One registered file: its path relative to the checkpoint folder, size and SHA-256."""
+    path: str
+    sha256: str
+    size: int
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    """A registry entry: the model kind and configuration, its files, and how to rebuild it."""
+    name: str
+    kind: str
+    config: dict
+    files: dict[str, FileEntry]
+    command: str
+    description: str = ""
+
+    @property
+    def size(self) -> int:
+        return sum(f.size for f in self.files.values())
+
+
+@dataclass
+class Checkpoint:
+    """What ``load`` returns."""
+    name: str
+    model: nn.Module
+    tokenizer: Any
+    card: dict                  # card.json, or for a snapshot the metadata of its weights file
+    info: CheckpointInfo
+
+
+# ----------------------------------------------------------------------------- models by kind
+
+def _bert(config: Mapping[str, Any]) -> nn.Module:
+    from lib.models import bert as B
+    return B.BertForPreTraining(B.BertConfig(**config))
+
+
+def _gpt(config: Mapping[str, Any]) -> nn.Module:
+    from lib.models.gpt import GPT, GPTConfig
+    return GPT(GPTConfig(**config))
+
+
+#: kind -> a function that builds the (untrained) model from the registered configuration.
+MODEL_KINDS: dict[str, Callable[[Mapping[str, Any]], nn.Module]] = {"bert-mlm": _bert, "gpt-lm": _gpt}
+
+
+def build_model(kind: str, config: Mapping[str, Any]) -> nn.Module:
+    if kind not in MODEL_KINDS:
+        raise CheckpointError(f"unknown checkpoint kind {kind!r}: expected one of {', '.join(MODEL_KINDS)}")
+    return MODEL_KINDS[kind](dict(config))
+
+
+def config_dict(config: Any) -> dict:
+    """A configuration as a plain dict (a dataclass such as ``BertConfig``, or a mapping)."""
+    if dataclasses.is_dataclass(config) and not isinstance(config, type):
+        return dataclasses.asdict(config)
+    if isinstance(config, Mapping):
+        return dict(config)
+    raise TypeError(f"config must be a dataclass (e.g. BertConfig) or a dict, got {type(config).__name__}")
+
+
+# ----------------------------------------------------------------------------- the registry
+
+def _root(root: str | os.PathLike | None) -> Path:
+    return Path(root) if root is not None else CHECKPOINT_DIR
+
+
+def registry(root: str | os.PathLike | None = None) -> dict[str, CheckpointInfo]:
+    """Every registered checkpoint, by name (``<root>/registry.json``; empty when there is none)."""
+    from lib.text import _read_json
+
+    file = _root(root) / REGISTRY_FILE
+    if not file.is_file():
+        return {}
+    try:
+        raw = _read_json(file, FORMAT, "checkpoint registry", "lib.checkpoints.register")
+    except (ValueError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{e}; restore it from git") from None
+    out = {}
+    for name, e in raw["checkpoints"].items():
+        files = {k: FileEntry(**f) for k, f in e["files"].items()}
+        out[name] = CheckpointInfo(name=name, kind=e["kind"], config=e["config"], files=files,
+                                   command=e["command"], description=e.get("description", ""))
+    return out
+
+
+def info(name: str, root: str | os.PathLike | None = None) -> CheckpointInfo:
+    entries = registry(root)
+    if name not in entries:
+        known = ", ".join(sorted(entries)) or "none yet"
+        raise CheckpointError(f"no checkpoint named {name!r} in {_root(root) / REGISTRY_FILE} (registered: {known}). "
+                              f"A pretraining recipe is built and registered with `python -m tools.pretrain "
+                              f"{name.split('@')[0]}`")
+    return entries[name]
+
+
+def total_size(entries: Mapping[str, CheckpointInfo]) -> int:
+    """Bytes of all the files of ``entries``, each distinct file counted once (snapshots share a tokenizer)."""
+    return sum({f.path: f.size for e in entries.values() for f in e.files.values()}.values())
+
+
+def file_entry(root: str | os.PathLike | None, relative: str) -> FileEntry:
+    """The registry line of a file just written under ``root``: its path, SHA-256 and size."""
+    full = _root(root) / relative
+    return FileEntry(relative, file_sha256(full), full.stat().st_size)
+
+
+def register(entry: CheckpointInfo, root: str | os.PathLike | None = None,
+             budget: int | None = BUDGET_BYTES) -> Path:
+    """Add or replace ``entry`` in ``<root>/registry.json`` (atomically), after checking that each
+    of its files is in place with the registered checksum and that the folder stays within ``budget``."""
+    root = _root(root)
+    for key, f in entry.files.items():
+        full = root / f.path
+        if not full.is_file() or full.stat().st_size != f.size or file_sha256(full) != f.sha256:
+            raise CheckpointError(f"cannot register {entry.name!r}: its {key} file {full} is missing or is not "
+                                  f"the file described (size {f.size}, sha256 {f.sha256[:12]}...)")
+    entries = {**registry(root), entry.name: entry}
+    if budget is not None and total_size(entries) > budget:
+        raise CheckpointError(f"registering {entry.name!r} would bring {root} to {total_size(entries) / 1e6:.1f} MB, "
+                              f"over its budget of {budget / 1e6:.0f} MB: store fewer snapshots, write to another "
+                              f"folder (--out) and publish it as a mirror ({MIRROR_ENV}), or raise the budget "
+                              "with a reason")
+    payload = {"format": FORMAT, "checkpoints": {
+        n: {"kind": e.kind, "description": e.description, "command": e.command, "config": e.config,
+            "files": {k: dataclasses.asdict(f) for k, f in e.files.items()}}
+        for n, e in sorted(entries.items())}}
+    with atomic_write(root / REGISTRY_FILE, "w", encoding="utf-8") as fh:
+        json.dump(payload, fh, indent=1, ensure_ascii=False)
+        fh.write("\n")
+    return root / REGISTRY_FILE
+
+
+# ----------------------------------------------------------------------------- finding and checking files
+
+def _mirror() -> Path | None:
+    value = os.environ.get(MIRROR_ENV, "").strip()
+    if not value:
+        return None
+    mirror = Path(value).expanduser()
+    if not mirror.is_dir():
+        raise CheckpointError(f"{MIRROR_ENV}={value!r} is not a folder: point it at a copy of checkpoints/ or unset it")
+    return mirror
+
+
+def path(name: str, key: str = "weights", root: str | os.PathLike | None = None) -> Path:
+    """The local path of file ``key`` (``weights``, ``tokenizer``, ``card``) of checkpoint ``name``,
+    after its SHA-256 was checked: in the checkpoint folder, else in the mirror."""
+    entry = info(name, root)
+    if key not in entry.files:
+        raise CheckpointError(f"checkpoint {name!r} has no {key!r} file (it has {', '.join(entry.files)})")
+    f = entry.files[key]
+    mirror = _mirror()
+    candidates = [_root(root) / f.path] + ([mirror / f.path] if mirror is not None else [])
+    rebuild = f"rebuild it with `{entry.command}`"
+    for candidate in candidates:
+        if candidate.is_file():
+            actual = file_sha256(candidate)
+            if actual != f.sha256:
+                raise CheckpointError(f"{candidate} (the {key} of checkpoint {name!r}) is corrupt or not the "
+                                      f"registered file: its sha256 is {actual}, the registry says {f.sha256}. Restore it from "
+                                      f"git or {rebuild}")
+            return candidate
+    looked = ", ".join(str(c) for c in candidates)
+    no_mirror = "" if mirror is not None else f" ({MIRROR_ENV} is unset)"
+    raise CheckpointError(f"the {key} file of checkpoint {name!r} is missing: looked for {looked}{no_mirror}. "
+                          f"Restore it from git, set {MIRROR_ENV} to a folder that has it, or {rebuild}")
+
+
+def _check_config(name: str, entry: CheckpointInfo, expected: Mapping[str, Any], where: str, file: Path) -> None:
+    keys = sorted((set(expected) | set(entry.config)) - RUNTIME_FIELDS)
+    diff = [f"{k}: {where} {expected.get(k, '(absent)')!r}, registered {entry.config.get(k, '(absent)')!r}"
+            for k in keys if expected.get(k, None) != entry.config.get(k, None)]
+    if diff:
+        raise CheckpointError(f"checkpoint {name!r} ({file}) does not have the configuration {where}: "
+                              + "; ".join(diff) + f". Rebuild it with `{entry.command}` or ask for the registered one")
+
+
+# ----------------------------------------------------------------------------- weights in safetensors
+
+def weights_state(model: nn.Module) -> tuple[dict[str, torch.Tensor], list[str]]:
+    """The model's state dict without the names of tied parameters (stored once) and the tied names."""
+    state = model.state_dict()
+    first = {n for n, _ in model.named_parameters()} | {n for n, _ in model.named_buffers()}
+    tied = [n for n in state if n not in first]
+    return {n: t for n, t in state.items() if n in first}, tied
+
+
+def save_weights(model: nn.Module, file: str | os.PathLike, dtype: torch.dtype, metadata: Mapping[str, Any]) -> Path:
+    """Write the weights (floating tensors in ``dtype``, tied ones once) as safetensors, atomically,
+    with ``metadata`` (JSON values) in the file's header."""
+    from safetensors.torch import save
+
+    state, _ = weights_state(model)
+    state = {k: (v.detach().to(dtype) if v.is_floating_point() else v.detach()).contiguous().cpu()
+             for k, v in state.items()}
+    # one metadata entry: safetensors writes several in a random order, and the same weights must
+    # give the same bytes (and so the same SHA-256) every time
+    header = {META_KEY: json.dumps({"format": FORMAT, **metadata}, sort_keys=True, ensure_ascii=False)}
+    blob = save(state, metadata=header)
+    with atomic_write(file, "wb") as fh:
+        fh.write(blob)
+    return Path(file)
+
+
+def read_weights(file: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """(state in float32, metadata) of a file written by ``save_weights``."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load
+
+    blob = file.read_bytes()
+    try:
+        state = load(blob)
+        n = int.from_bytes(blob[:8], "little")
+        meta = json.loads(json.loads(blob[8:8 + n]).get("__metadata__", {}).get(META_KEY, "{}"))
+    except (SafetensorError, ValueError) as e:
+        raise CheckpointError(f"{file} is not a safetensors file ({e})") from None
+    if meta.pop("format", None) != FORMAT:
+        raise CheckpointError(f"{file} was not written by lib.checkpoints.save_weights")
+    return {k: v.float() if v.is_floating_point() else v for k, v in state.items()}, meta
+
+
+def load_state(name: str, config: Any = None, root: str | os.PathLike | None = None
+               ) -> tuple[dict[str, torch.Tensor], CheckpointInfo, dict]:
+    """The checked float32 weights of checkpoint ``name``, its registry entry and the metadata of its
+    weights file (no model built).
+    ``config``: the configuration the caller expects (a dataclass or dict); a mismatch is an error."""
+    entry = info(name, root)
+    file = path(name, "weights", root)
+    if config is not None:
+        _check_config(name, entry, config_dict(config), "asked for", file)
+    state, meta = read_weights(file)
+    if meta.get("config") != entry.config or meta.get("kind") != entry.kind:
+        raise CheckpointError(f"{file} holds a {meta.get('kind')} model with configuration {meta.get('config')}, "
+                              f"but the registry says {entry.kind} {entry.config}: rebuild it with `{entry.command}`")
+    return state, entry, meta
+
+
+def load(name: str, config: Any = None, root: str | os.PathLike | None = None) -> Checkpoint:
+    """Checkpoint ``name``: the model (float32, eval mode), its tokenizer and its card, every file
+    checked against the registry first (see the module docstring for what is refused)."""
+    from lib.text import SubwordTokenizer
+
+    state, entry, meta = load_state(name, config, root)
+    asked = config_dict(config) if config is not None else {}
+    model = build_model(entry.kind, {**entry.config, **{k: asked[k] for k in RUNTIME_FIELDS if k in asked}})
+    _, tied = weights_state(model)
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if set(missing) != set(tied) or unexpected:
+        raise CheckpointError(f"the weights of checkpoint {name!r} do not fit its {entry.kind} model (missing "
+                              f"{sorted(set(missing) - set(tied))}, unexpected {unexpected}): rebuild it with "
+                              f"`{entry.command}`")
+    tokenizer = SubwordTokenizer.load(path(name, "tokenizer", root)) if "tokenizer" in entry.files else None
+    card = json.loads(path(name, "card", root).read_text(encoding="utf-8")) if "card" in entry.files else meta
+    return Checkpoint(name, model.eval(), tokenizer, card, entry)

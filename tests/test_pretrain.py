@@ -1,0 +1,202 @@
+"""tools.pretrain: no test review in the pretraining text, exact resume after an interruption,
+two processes equal to one at the same global batch, and what the output folder holds."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from lib import checkpoints, train
+from lib.train.checkpoint import read_checkpoint
+from tools import pretrain
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def run(tmp: Path, *args: str) -> dict | None:
+    return pretrain.main(["ko-bert-tiny", "--out", str(tmp / "out"), "--scratch", str(tmp / "scratch"), *args])
+
+
+def state(tmp: Path) -> dict:
+    return read_checkpoint(tmp / "scratch" / "ko-bert-tiny" / "state.pt")
+
+
+# ----------------------------------------------------------------------------- the data
+
+def test_ko_bert_text_has_no_test_review(data_mirror):
+    from lib.data import load_nsmc_raw
+    from lib.data.nsmc import is_test, sentiment_split
+    from lib.data.nsmc_corpus import pretraining_reviews
+
+    rows = load_nsmc_raw()
+    texts, counts = pretraining_reviews(rows)
+    norm = lambda s: " ".join(s.split())                                     # noqa: E731
+    test_texts = {norm(r["review"]) for r in rows if is_test(r["review_id"])}
+    assert not test_texts & set(texts)
+    split = sentiment_split(rows, train_per_class=1000, test_per_class=1000)    # what the chapters test on
+    assert not {norm(r["text"]) for r in split.test} & set(texts)
+    assert {norm(r["text"]) for r in split.train[:200]} & set(texts)            # but it reads training reviews
+    assert counts["reviews"] == len(texts) > 500_000 and counts["same_text_as_a_test_review"] > 0
+
+
+def test_gpt_imdb_text_has_no_test_review(data_mirror):
+    from lib.data import load_imdb
+    texts, counts = pretrain.CORPORA[pretrain.RECIPES["gpt-imdb"].corpus][0]()
+    assert not {r["text"] for r in load_imdb("test")} & set(texts)
+    assert counts["reviews"] == len(texts) > 70_000
+
+
+def test_global_batches_do_not_depend_on_the_number_of_processes():
+    one = train.GlobalBatchSampler(40, 8, seed=3, world=1, rank=0)
+    two = [train.GlobalBatchSampler(40, 8, seed=3, world=2, rank=r) for r in range(2)]
+    for epoch in (0, 1):
+        for s in (one, *two):
+            s.set_epoch(epoch)
+        together = [a + b for a, b in zip(*two)]
+        assert together == list(one) and len(together) == 5
+        assert sorted(i for b in one for i in b) == list(range(40))
+    assert list(one) != (one.set_epoch(0) or list(one))              # a new order every epoch
+    tagged = train.GlobalBatchSampler(40, 8, seed=3, tag_epoch=True, world=1, rank=0)
+    tagged.set_epoch(2)
+    assert sorted(i for b in tagged for i in b) == list(range(80, 120))
+
+
+# ----------------------------------------------------------------------------- resume and processes
+
+def test_interrupted_and_resumed_run_equals_an_uninterrupted_one(data_mirror, tmp_path, monkeypatch):
+    whole, parts = tmp_path / "whole", tmp_path / "parts"
+    run(whole)                                          # 12 steps, dropout 0.1: the random states matter
+    assert run(parts, "--minutes", "0") == {"card": None}           # stops after the first chunk (step 4)
+    assert state(parts)["step"] == 4
+    calls = []
+
+    def dies_at_step_7(model, batch):
+        calls.append(1)
+        if len(calls) == 3:                             # steps 5, 6, then killed inside step 7
+            raise KeyboardInterrupt
+        return pretrain.mlm_step(model, batch)
+
+    monkeypatch.setitem(pretrain.STEP_FNS, "bert-mlm", dies_at_step_7)
+    with pytest.raises(KeyboardInterrupt):
+        run(parts)
+    monkeypatch.undo()
+    assert state(parts)["step"] == 4                   # the last checkpoint
+    run(parts)
+    a, b = state(whole), state(parts)
+    assert a["step"] == b["step"] == 12
+    for k in a["model"]:
+        assert torch.equal(a["model"][k], b["model"][k]), k
+    assert a["history"] == b["history"] and len(a["history"]["records"]) == 12
+    weights = [(d / "out" / "ko-bert-tiny" / "model.safetensors").read_bytes() for d in (whole, parts)]
+    assert weights[0] == weights[1]
+    clock = json.loads((parts / "scratch" / "ko-bert-tiny" / "clock.json").read_text())
+    # the invocations whose chunks made the model (the killed one finished no chunk, so it left no record)
+    assert [(i["from_step"], i["to_step"]) for i in clock["invocations"]] == [(0, 4), (4, 12)]
+
+
+def test_two_processes_give_the_loss_curve_of_one_at_the_same_global_batch(data_mirror, tmp_path):
+    no_dropout = ["--set", "model.dropout=0", "--set", "model.attention_dropout=0"]
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE")}
+    env.update(OMP_NUM_THREADS="1", COURSE_PROGRESS="0", PYTHONPATH=str(REPO))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m",
+           "tools.pretrain", "ko-bert-tiny", "--out", str(tmp_path / "two" / "out"), "--scratch",
+           str(tmp_path / "two" / "scratch"), *no_dropout]
+    proc = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "process 0 of 2" in proc.stdout
+    run(tmp_path / "one", *no_dropout)
+    two, one = state(tmp_path / "two"), state(tmp_path / "one")
+    assert two["loop"]["world_size"] == 2 and one["loop"]["world_size"] == 1
+    curve = {name: train.History.from_dict(s["history"]) for name, s in (("one", one), ("two", two))}
+    assert curve["two"].values("train_loss") == pytest.approx(curve["one"].values("train_loss"), rel=1e-5)
+    assert curve["two"].values("eval_loss") == pytest.approx(curve["one"].values("eval_loss"), rel=1e-5)
+    assert curve["one"].values("train_loss")[-1] < curve["one"].values("train_loss")[0]
+    for k, v in one["model"].items():
+        assert torch.allclose(two["model"][k], v, atol=1e-5), k
+
+
+# ----------------------------------------------------------------------------- the output
+
+def test_output_has_weights_tokenizer_card_and_registry_and_no_optimizer_state(data_mirror, tmp_path):
+    result = run(tmp_path, "--snapshots", "1024")
+    card, out = result["card"], tmp_path / "out"
+    files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
+    assert files == ["ko-bert-tiny/card.json", "ko-bert-tiny/card.md", "ko-bert-tiny/model.safetensors",
+                     "ko-bert-tiny/snapshots/ko-bert-tiny-1024.safetensors", "ko-bert-tiny/tokenizer.json",
+                     "registry.json"]
+    recipe = pretrain.RECIPES["ko-bert-tiny"]
+    assert card["training"]["tokens_seen"] == card["training"]["steps"] * recipe.tokens_per_step == 3072
+    assert [c["tokens"] for c in card["heldout"]["curve"]] == [1024, 2048, 3072]
+    assert card["data"]["datasets"][0]["sha256"].startswith("3675f6fb")
+    assert card["training"]["precision"] == "fp32" and "device=cpu" in card["training"]["device"]
+    assert len(card["commit"]) >= 7 and card["command"].startswith("python -m tools.pretrain ko-bert-tiny")
+    # the registered checkpoint is the trained model, in its stored dtype
+    ckpt = checkpoints.load("ko-bert-tiny", root=out)
+    stored = card["heldout"]["stored_dtype"]
+    loss = pretrain.heldout_loss(ckpt.model, result["heldout"], "bert-mlm")
+    assert loss == pytest.approx(card["heldout"]["by_stored_dtype"][stored], abs=1e-6)
+    assert abs(loss - card["heldout"]["loss"]) <= pretrain.DTYPE_TOLERANCE
+    assert ckpt.tokenizer.encode("영화 정말 재밌다") == result["tokenizer"].encode("영화 정말 재밌다")
+    snap = checkpoints.load("ko-bert-tiny@1024", root=out)
+    assert snap.card["tokens_seen"] == 1024
+    assert "# ko-bert-tiny" in (out / "ko-bert-tiny" / "card.md").read_text()
+    # the same command once the schedule has ended writes the same checkpoint again
+    before = checkpoints.info("ko-bert-tiny", out).files["weights"].sha256
+    again = run(tmp_path, "--snapshots", "1024")["card"]
+    assert checkpoints.info("ko-bert-tiny", out).files["weights"].sha256 == before
+    assert again["heldout"]["curve"] == card["heldout"]["curve"]
+
+
+def test_the_gpt_recipe_trains_and_loads_as_a_gpt(data_mirror, tmp_path):
+    from lib.models.gpt import GPT
+    result = pretrain.main(["gpt-imdb-tiny", "--out", str(tmp_path / "out"), "--scratch", str(tmp_path / "s")])
+    ckpt = checkpoints.load("gpt-imdb-tiny", root=tmp_path / "out")
+    assert isinstance(ckpt.model, GPT) and ckpt.model.lm_head.weight is ckpt.model.wte.weight
+    x, y = result["heldout"][0]
+    assert torch.equal(y[:, :-1], x[:, 1:])                        # next-token targets
+    card = result["card"]
+    loss = pretrain.heldout_loss(ckpt.model, result["heldout"], "gpt-lm")
+    assert loss == pytest.approx(card["heldout"]["by_stored_dtype"][card["heldout"]["stored_dtype"]], abs=1e-6)
+    curve = card["heldout"]["curve"]
+    assert curve[-1]["heldout_loss"] < curve[0]["heldout_loss"]
+
+
+def test_a_snapshot_missed_by_an_interruption_is_written_on_resume(data_mirror, tmp_path, monkeypatch):
+    def killed(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pretrain, "write_snapshot", killed)      # killed after the checkpoint at 1024 tokens
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path, "--snapshots", "1024", "--minutes", "0")
+    monkeypatch.undo()
+    at_snapshot = state(tmp_path)
+    assert at_snapshot["step"] == 4 and "ko-bert-tiny@1024" not in checkpoints.registry(tmp_path / "out")
+    run(tmp_path, "--snapshots", "1024", "--minutes", "0")
+    snap = checkpoints.load("ko-bert-tiny@1024", root=tmp_path / "out")
+    assert snap.card["steps"] == 4 and state(tmp_path)["step"] == 8
+    stored = pretrain.DTYPES[snap.card["stored_dtype"]]
+    key = "bert.embeddings.word_embeddings.weight"
+    assert torch.equal(snap.model.state_dict()[key], at_snapshot["model"][key].to(stored).float())
+
+
+def test_storage_dtype_is_the_smallest_that_loses_nothing_measurable():
+    tol = pretrain.DTYPE_TOLERANCE
+    assert pretrain.storage_dtype({"float32": 5.0, "float16": 5.0 + tol / 2, "bfloat16": 5.0}) == "float16"
+    assert pretrain.storage_dtype({"float32": 5.0, "float16": 5.0 + 2 * tol, "bfloat16": 5.0 - tol / 2}) == "bfloat16"
+    assert pretrain.storage_dtype({"float32": 5.0, "float16": 5.0 + 2 * tol, "bfloat16": 5.0 + 3 * tol}) == "float32"
+
+
+def test_a_resumed_run_must_keep_its_settings(data_mirror, tmp_path):
+    run(tmp_path, "--minutes", "0")
+    with pytest.raises(SystemExit, match="tokens"):
+        run(tmp_path, "--tokens", "4096")
+    data = (tmp_path / "scratch" / "ko-bert-tiny" / "data" / "streams.pt").stat().st_mtime_ns
+    assert run(tmp_path, "--tokens", "4096", "--fresh", "--minutes", "0") == {"card": None}
+    assert state(tmp_path)["step"] == 4 and json.loads(
+        (tmp_path / "scratch" / "ko-bert-tiny" / "run.json").read_text())["tokens"] == 4096
+    assert (tmp_path / "scratch" / "ko-bert-tiny" / "data" / "streams.pt").stat().st_mtime_ns == data
+    with pytest.raises(SystemExit, match="separate"):
+        pretrain.main(["ko-bert-tiny", "--out", str(tmp_path), "--scratch", str(tmp_path / "s")])

@@ -1,0 +1,724 @@
+#!/usr/bin/env python
+"""Pretrain a course checkpoint from committed code: one command per model, resumable, torchrun-ready.
+
+::
+
+    python -m tools.pretrain --list                                 # the recipes
+    python -m tools.pretrain ko-bert                                # the recipe's token budget
+    python -m tools.pretrain ko-bert --tokens 40M --snapshots 3M,10M --minutes 150
+    torchrun --nproc_per_node 2 -m tools.pretrain ko-bert           # data parallel (CPU: gloo)
+
+What a run does
+---------------
+1. Prepares the data once, in the scratch folder (``--scratch``, default ``.pretrain/<name>/``,
+   ignored by git): the recipe's corpus (never a test review), a subword tokenizer trained on it
+   and saved (the vocabulary every later use of the checkpoint shares), and the corpus encoded and
+   packed into sequences of ``seq_len`` tokens. Every ``heldout_every``-th document is held out
+   for the held-out loss.
+2. Trains with ``lib.train.fit`` in chunks that end at every evaluation and snapshot: each chunk
+   resumes from the checkpoint the previous one left in the scratch folder, so an interrupted run
+   (Ctrl-C, a killed job, ``--minutes`` spent) continues exactly where its last checkpoint was when
+   the same command runs again: same data order, masks, dropout and learning rate, the result of a run
+   never interrupted. The data order is a function of (seed, epoch) and the global batch
+   (``lib.train.GlobalBatchSampler``), the masks a function of each example's index, so under
+   ``torchrun`` N processes train on exactly the batches one process would (``fit`` averages the
+   gradients). One line per chunk: step, tokens, training and held-out loss, tokens per second.
+3. Writes the output (``--out``, default ``checkpoints/``, the repository's folder; rank 0 only):
+   ``<name>/model.safetensors`` (weights only, in float16 or bfloat16 when the held-out loss with the
+   rounded weights is within ``DTYPE_TOLERANCE`` of float32's, else float32), ``tokenizer.json``,
+   ``card.json`` and ``card.md``, ``snapshots/`` at the ``--snapshots`` token counts, and the
+   registry entries (``lib.checkpoints``), each file to a temporary name first, then renamed.
+   Optimizer state never leaves the scratch folder.
+
+``--tokens`` sets the length of the learning-rate schedule (warm-up, then cosine); ``--minutes``
+stops this invocation after that much wall time, at a checkpoint (run the command again to go on).
+A resumed run must keep the recipe, ``--tokens``, ``--snapshots`` and the number of processes;
+``--fresh`` starts over (reusing the prepared data when the recipe's data settings are unchanged).
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import dataclasses
+import hashlib
+import io
+import json
+import math
+import os
+import shlex
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from lib import checkpoints, device, train  # noqa: E402
+from lib.data import mlm  # noqa: E402
+from lib.io import atomic_write, sha256 as file_sha256  # noqa: E402
+from lib.train.checkpoint import read_checkpoint  # noqa: E402
+from lib.train.loaders import epoch_seed  # noqa: E402
+
+SCRATCH = REPO / ".pretrain"
+DTYPE_TOLERANCE = 1e-3      # nats: a stored dtype may change the held-out loss by at most this much
+DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+
+
+# ----------------------------------------------------------------------------- corpora
+
+def _nsmc(limit: int | None = None) -> tuple[list[str], dict]:
+    from lib.data import load_nsmc_raw
+    from lib.data.nsmc_corpus import pretraining_reviews
+    return pretraining_reviews(load_nsmc_raw(limit=limit))
+
+
+def _imdb() -> tuple[list[str], dict]:
+    """IMDB's 25,000 training reviews and its 50,000 unlabelled ones, without any text of a test review."""
+    from lib.data import load_imdb, load_imdb_unsup
+    test = {r["text"] for r in load_imdb("test")}
+    labelled = [r["text"] for r in load_imdb("train")]
+    unlabelled = load_imdb_unsup(exclude_test=True)
+    texts = [t for t in labelled + unlabelled if t not in test]
+    return texts, {"train_reviews": len(labelled), "unsup_reviews": len(unlabelled),
+                   "same_text_as_a_test_review": len(labelled) + len(unlabelled) - len(texts), "reviews": len(texts)}
+
+
+#: corpus name -> (function returning (documents, counts), the data files it reads)
+CORPORA: dict[str, tuple[Callable[[], tuple[list[str], dict]], tuple[tuple[str, str], ...]]] = {
+    "nsmc": (_nsmc, (("nsmc_raw", "nsmc_raw_reviews.csv.gz"),)),
+    "nsmc-first-3000": (lambda: _nsmc(limit=3000), (("nsmc_raw", "nsmc_raw_reviews.csv.gz"),)),
+    "imdb": (_imdb, (("imdb", "imdb_train.csv.gz"), ("imdb", "imdb_test.csv.gz"),
+                     ("imdb_unsup", "imdb_unsup.csv.gz"))),
+}
+
+
+# ----------------------------------------------------------------------------- recipes
+
+@dataclass(frozen=True)
+class Recipe:
+    """Everything a pretraining run depends on (besides the token budget and the snapshots)."""
+    name: str
+    kind: str                       # a lib.checkpoints.MODEL_KINDS key: "bert-mlm" or "gpt-lm"
+    description: str
+    corpus: str                     # a CORPORA key
+    model: dict                     # model configuration (vocabulary size and length are added)
+    tokenizer: str = "bpe"          # lib.text.train_tokenizer kind: "bpe" (reproducible) or "wordpiece"
+    vocab_size: int = 8000
+    lowercase: bool = False
+    seq_len: int = 64               # tokens per packed sequence
+    batch_size: int = 64            # sequences per optimizer step, all processes together
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    warmup: float = 0.05            # share of the steps
+    min_lr_ratio: float = 0.1       # the cosine ends at lr * min_lr_ratio
+    tokens: int = 40_000_000        # default length of the schedule
+    eval_every_tokens: int = 1_000_000
+    log_every_tokens: int = 100_000  # how often the averaged training loss goes to the history
+    heldout_every: int = 100        # every 100th document is held out
+    heldout_sequences: int = 256
+    mask_prob: float = 0.15
+    seed: int = 0
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.batch_size * self.seq_len
+
+    def model_config(self, vocab_size: int) -> dict:
+        if self.kind == "bert-mlm":
+            return {**self.model, "vocab_size": vocab_size, "max_position": self.seq_len}
+        return {**self.model, "vocab_size": vocab_size, "block_size": self.seq_len}
+
+
+# No dropout while pretraining: a run of one or two passes does not overfit, and on a CPU dropout's
+# random masks cost about a fifth of the step (measured with the profiler). Fine-tuning asks for its
+# own (lib.checkpoints.load(name, config=...) takes the caller's dropout rates).
+_BERT_4x256 = dict(hidden_size=256, num_layers=4, num_heads=4, intermediate_size=1024, dropout=0.0,
+                   attention_dropout=0.0)
+RECIPES: dict[str, Recipe] = {r.name: r for r in [
+    Recipe("ko-bert", "bert-mlm", "Korean BERT (4 layers x 256), masked LM only, on the NSMC crawl without any "
+           "test review", corpus="nsmc", model=_BERT_4x256, heldout_sequences=512),
+    Recipe("gpt-imdb", "gpt-lm", "GPT-2-style decoder (4 layers x 256) on IMDB's training and unlabelled reviews, "
+           "never a test review", corpus="imdb", model=dict(n_layer=4, n_head=4, n_embd=256, dropout=0.0),
+           seq_len=128, batch_size=32, tokens=24_000_000, heldout_sequences=512),
+    # for the tests: the same code on 3,000 rows of the crawl, a model of a few thousand parameters
+    Recipe("ko-bert-tiny", "bert-mlm", "test recipe: ko-bert's code at toy size", corpus="nsmc-first-3000",
+           model=dict(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64), vocab_size=400,
+           seq_len=32, batch_size=8, tokens=8 * 32 * 12, eval_every_tokens=8 * 32 * 4, log_every_tokens=8 * 32,
+           heldout_every=10, heldout_sequences=16),
+    Recipe("gpt-imdb-tiny", "gpt-lm", "test recipe: gpt-imdb's code at toy size", corpus="nsmc-first-3000",
+           model=dict(n_layer=2, n_head=2, n_embd=32, dropout=0.1), vocab_size=400, seq_len=32, batch_size=8,
+           tokens=8 * 32 * 12, eval_every_tokens=8 * 32 * 4, log_every_tokens=8 * 32, heldout_every=10,
+           heldout_sequences=16),
+]}
+
+
+def with_overrides(recipe: Recipe, sets: list[str]) -> Recipe:
+    """``--set key=value`` (a recipe field) or ``--set model.key=value`` (a model field); values are JSON."""
+    changes: dict[str, Any] = {}
+    model = dict(recipe.model)
+    for item in sets:
+        key, sep, raw = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--set {item!r}: expected KEY=VALUE")
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        if key.startswith("model."):
+            model[key[len("model."):]] = value
+        elif key in {f.name for f in dataclasses.fields(Recipe)} - {"name", "kind", "model"}:
+            changes[key] = value
+        else:
+            raise SystemExit(f"--set {key}: not a recipe field (fields: "
+                             f"{', '.join(f.name for f in dataclasses.fields(Recipe))}, model.<field>)")
+    return dataclasses.replace(recipe, model=model, **changes)
+
+
+def parse_tokens(value: str) -> int:
+    """``36M``, ``500k``, ``2.5M`` or ``12000`` -> a number of tokens."""
+    text = value.strip().upper()
+    scale = {"K": 1_000, "M": 1_000_000, "G": 1_000_000_000}.get(text[-1:], 1)
+    number = text[:-1] if scale > 1 else text
+    try:
+        tokens = int(round(float(number) * scale))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a token count (e.g. 36M, 500k, 12000)") from None
+    if tokens < 1:
+        raise argparse.ArgumentTypeError(f"{value!r}: a token count must be positive")
+    return tokens
+
+
+def token_label(tokens: int) -> str:
+    for unit, scale in (("M", 1_000_000), ("k", 1_000)):
+        if tokens >= scale and tokens % (scale // 10) == 0:
+            return f"{tokens / scale:g}{unit}"
+    return str(tokens)
+
+
+# ----------------------------------------------------------------------------- data
+
+def _digest(texts: list[str]) -> str:
+    h = hashlib.sha256()
+    for t in texts:
+        h.update(t.encode("utf-8"))
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def _data_fingerprint(recipe: Recipe) -> dict:
+    return {"corpus": recipe.corpus, "tokenizer": recipe.tokenizer, "vocab_size": recipe.vocab_size,
+            "lowercase": recipe.lowercase, "kind": recipe.kind, "heldout_every": recipe.heldout_every}
+
+
+def prepare(recipe: Recipe, folder: Path) -> dict:
+    """Corpus -> tokenizer -> one token stream for training and one held out, cached in ``folder``
+    (``tokenizer.json``, ``streams.pt``, ``data.json``). Done once; a cache for other settings is an error."""
+    meta_file = folder / "data.json"
+    if meta_file.is_file():
+        meta = json.loads(meta_file.read_text())
+        if meta["fingerprint"] != _data_fingerprint(recipe):
+            raise SystemExit(f"{folder} holds data prepared for {meta['fingerprint']}, not for this recipe: "
+                             "run with --fresh (or another --scratch)")
+        return meta
+    from lib import data
+    from lib.text import train_tokenizer
+
+    start = time.perf_counter()
+    fn, files = CORPORA[recipe.corpus]
+    texts, counts = fn()
+    heldout = [t for i, t in enumerate(texts) if i % recipe.heldout_every == 0]
+    training = [t for i, t in enumerate(texts) if i % recipe.heldout_every != 0]
+    tok = train_tokenizer(training, kind=recipe.tokenizer, vocab_size=recipe.vocab_size, lowercase=recipe.lowercase)
+    sep = tok.sep_id if recipe.kind == "bert-mlm" else tok.eos_id     # between documents
+
+    def stream(docs: list[str]) -> torch.Tensor:
+        ids = [i for seq in tok.encode_batch(docs) for i in (*seq, sep)]
+        return torch.tensor(ids, dtype=torch.int16 if tok.vocab_size < 2 ** 15 else torch.int32)
+
+    streams = {"train": stream(training), "heldout": stream(heldout)}
+    folder.mkdir(parents=True, exist_ok=True)
+    tok.save(folder / "tokenizer.json")
+    with atomic_write(folder / "streams.pt", "wb") as f:
+        torch.save(streams, f)
+    meta = {"fingerprint": _data_fingerprint(recipe), "counts": counts, "documents": len(texts),
+            "heldout_documents": len(heldout), "train_tokens": len(streams["train"]),
+            "heldout_tokens": len(streams["heldout"]), "corpus_sha256": _digest(texts),
+            "datasets": [{"dataset": d, "file": name, "sha256": data.REGISTRY[d].files[name].sha256}
+                         for d, name in files],
+            "tokenizer_sha256": file_sha256(folder / "tokenizer.json"), "vocab_size": tok.vocab_size,
+            "seconds": round(time.perf_counter() - start, 1)}
+    with atomic_write(meta_file, "w", encoding="utf-8") as f:
+        json.dump(meta, f, indent=1, ensure_ascii=False)
+    return meta
+
+
+class PackedMLM(torch.utils.data.Dataset):
+    """``[CLS]`` + ``seq_len - 1`` tokens of the stream (reviews joined by ``[SEP]``), masked 80/10/10.
+
+    The masks are drawn from the example's index (``GlobalBatchSampler(tag_epoch=True)`` makes it new
+    in every epoch): the same in every process and after every resume, with no random state to carry."""
+
+    def __init__(self, stream: torch.Tensor, seq_len: int, tok, seed: int, mask_prob: float):
+        n = (len(stream)) // (seq_len - 1)
+        self.chunks = stream[:n * (seq_len - 1)].long().view(n, seq_len - 1)
+        self.tok, self.seed, self.mask_prob = tok, seed, mask_prob
+        self.special = (tok.pad_id, tok.unk_id, tok.bos_id, tok.eos_id, tok.cls_id, tok.sep_id, tok.mask_id)
+
+    def __len__(self) -> int:
+        return len(self.chunks)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        ids = torch.cat([torch.tensor([self.tok.cls_id]), self.chunks[index % len(self.chunks)]])[None]
+        g = torch.Generator().manual_seed(epoch_seed(self.seed, index))
+        inputs, labels = mlm.mask_tokens(ids, self.tok.mask_id, self.tok.vocab_size, special_ids=self.special,
+                                         mask_prob=self.mask_prob, generator=g)
+        return inputs[0], labels[0]
+
+
+class PackedLM(torch.utils.data.Dataset):
+    """Inputs ``stream[s : s + seq_len]`` and next-token targets ``stream[s + 1 : s + seq_len + 1]``."""
+
+    def __init__(self, stream: torch.Tensor, seq_len: int, *_):
+        self.stream, self.seq_len = stream.long(), seq_len
+        self.n = (len(stream) - 1) // seq_len
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        s = (index % self.n) * self.seq_len
+        chunk = self.stream[s:s + self.seq_len + 1]
+        return chunk[:-1], chunk[1:]
+
+
+def masked_logits(model, ids: torch.Tensor, chosen: torch.Tensor) -> torch.Tensor:
+    """The MLM head's logits at the ``chosen`` positions only (BertForPreTraining's ``only_masked``,
+    without the NSP head and the loss it would compute besides ours)."""
+    return model.mlm(model.bert(ids).last_hidden_state[chosen])
+
+
+def mlm_step(model, batch):
+    """The masked-LM loss, each sequence weighted equally (the mean over its masked tokens, then over
+    the batch), so that the mean over processes is the mean over the global batch."""
+    ids, labels = batch
+    chosen = labels != mlm.IGNORE_INDEX
+    per_token = F.cross_entropy(masked_logits(model, ids, chosen).float(), labels[chosen], reduction="none")
+    rows = chosen.nonzero()[:, 0]
+    weight = 1.0 / (chosen.sum(1).clamp(min=1)[rows] * ids.shape[0])
+    return (per_token * weight).sum(), {}
+
+
+def lm_step(model, batch):
+    x, y = batch
+    return model(x, y)[1], {}
+
+
+STEP_FNS: dict[str, Callable] = {"bert-mlm": mlm_step, "gpt-lm": lm_step}
+DATASETS = {"bert-mlm": PackedMLM, "gpt-lm": PackedLM}
+
+
+@torch.no_grad()
+def heldout_loss(model, batches: list, kind: str) -> float:
+    """Mean loss per predicted token over the fixed held-out batches (float32, eval mode)."""
+    was = model.training
+    model.eval()
+    total = count = 0.0
+    where = next(model.parameters()).device
+    for x, y in batches:
+        x, y = x.to(where), y.to(where)
+        if kind == "bert-mlm":
+            logits, targets = masked_logits(model, x, y != mlm.IGNORE_INDEX), y[y != mlm.IGNORE_INDEX]
+        else:
+            logits, targets = model(x)[0].flatten(0, 1), y.flatten()
+        total += F.cross_entropy(logits.float(), targets, reduction="sum").item()
+        count += targets.numel()
+    model.train(was)
+    return total / count
+
+
+def rounded_losses(model, batches: list, kind: str) -> dict[str, float]:
+    """The held-out loss with the weights as stored in each dtype (rounded, then computed in float32)."""
+    out = {}
+    for name, dtype in DTYPES.items():
+        twin = copy.deepcopy(model)
+        with torch.no_grad():
+            for p in list(twin.parameters()) + list(twin.buffers()):
+                if p.is_floating_point():
+                    p.copy_(p.to(dtype).float())
+        out[name] = heldout_loss(twin, batches, kind)
+    return out
+
+
+def storage_dtype(losses: dict[str, float]) -> str:
+    """float16, else bfloat16, when its held-out loss is within DTYPE_TOLERANCE of float32's; else float32."""
+    for name in ("float16", "bfloat16"):
+        if abs(losses[name] - losses["float32"]) <= DTYPE_TOLERANCE:
+            return name
+    return "float32"
+
+
+# ----------------------------------------------------------------------------- the run
+
+def build_training(recipe: Recipe, data_folder: Path) -> tuple:
+    """From the prepared data: (tokenizer, the training loader, the fixed held-out batches, the model
+    initialised from the recipe's seed)."""
+    from lib.text import SubwordTokenizer
+    tok = SubwordTokenizer.load(data_folder / "tokenizer.json")
+    streams = torch.load(data_folder / "streams.pt", weights_only=True)
+    dataset = DATASETS[recipe.kind](streams["train"], recipe.seq_len, tok, recipe.seed, recipe.mask_prob)
+    held = DATASETS[recipe.kind](streams["heldout"], recipe.seq_len, tok, recipe.seed + 1, recipe.mask_prob)
+    held_items = [held[i] for i in range(min(recipe.heldout_sequences, len(held)))]
+    heldout = [tuple(torch.stack(t) for t in zip(*held_items[i:i + 64])) for i in range(0, len(held_items), 64)]
+    sampler = train.GlobalBatchSampler(len(dataset), recipe.batch_size, recipe.seed, tag_epoch=True)
+    loader = torch.utils.data.DataLoader(dataset, batch_sampler=sampler)
+    torch.manual_seed(recipe.seed)
+    model = checkpoints.build_model(recipe.kind, recipe.model_config(tok.vocab_size))
+    return tok, loader, heldout, model
+
+
+@dataclass
+class Run:
+    """A run's fixed settings (``run.json`` in the scratch folder) and where its files go."""
+    recipe: Recipe
+    tokens: int
+    snapshots: list[int]
+    scratch: Path
+    out: Path
+    command: str
+    dev: torch.device = torch.device("cpu")
+    steps: int = field(init=False)
+
+    def __post_init__(self):
+        self.steps = math.ceil(self.tokens / self.recipe.tokens_per_step)
+
+    @property
+    def settings(self) -> dict:
+        return {"recipe": dataclasses.asdict(self.recipe), "tokens": self.tokens, "snapshots": self.snapshots,
+                "steps": self.steps}
+
+    def snapshot_steps(self) -> dict[int, int]:
+        return {math.ceil(t / self.recipe.tokens_per_step): t for t in self.snapshots if t < self.tokens}
+
+    def boundaries(self, eval_every: int) -> list[int]:
+        return sorted(set(range(eval_every, self.steps, eval_every)) | set(self.snapshot_steps()) | {self.steps})
+
+
+def canonical_command(recipe_name: str, tokens: int, snapshots: list[int], sets: list[str]) -> str:
+    parts = ["python", "-m", "tools.pretrain", recipe_name, "--tokens", token_label(tokens)]
+    if snapshots:
+        parts += ["--snapshots", ",".join(token_label(t) for t in snapshots)]
+    for s in sets:
+        parts += ["--set", s]
+    return shlex.join(parts)
+
+
+def _barrier() -> None:
+    if device.world_size() > 1:
+        torch.distributed.barrier()
+
+
+def _agree(flag: bool) -> bool:
+    """Rank 0's answer, in every process (so that all stop together)."""
+    if device.world_size() == 1:
+        return flag
+    t = torch.tensor([int(flag)])
+    torch.distributed.broadcast(t, src=0)
+    return bool(t.item())
+
+
+def _fmt_time(seconds: float) -> str:
+    m, s = divmod(int(seconds), 60)
+    h, m = divmod(m, 60)
+    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
+
+
+def _read_json(file: Path, default):
+    return json.loads(file.read_text()) if file.is_file() else default
+
+
+def _write_json(file: Path, payload) -> None:
+    with atomic_write(file, "w", encoding="utf-8") as f:
+        json.dump(payload, f, indent=1, ensure_ascii=False)
+        f.write("\n")
+
+
+def train_run(run: Run, minutes: float | None, say: Callable[[str], None] = print) -> dict | None:
+    """Train (resuming from the scratch checkpoint) until the schedule ends or ``minutes`` are spent.
+    Returns the final state (model, history, ...) when the schedule ended, None when stopped early."""
+    recipe = run.recipe
+    rank, world = device.rank(), device.world_size()
+    dev = run.dev
+    state_file, clock_file = run.scratch / "state.pt", run.scratch / "clock.json"
+    if rank == 0:
+        saved = _read_json(run.scratch / "run.json", None)
+        if saved is not None and saved != run.settings:
+            diff = [k for k in run.settings if saved.get(k) != run.settings[k]]
+            raise SystemExit(f"{run.scratch} holds a run with other settings ({', '.join(diff)} differ): run the "
+                             "same command to resume it, or add --fresh to start over")
+        run.scratch.mkdir(parents=True, exist_ok=True)
+        _write_json(run.scratch / "run.json", run.settings)
+        meta = prepare(recipe, run.scratch / "data")
+    _barrier()
+    meta = json.loads((run.scratch / "data" / "data.json").read_text())
+    tok, loader, heldout, model = build_training(recipe, run.scratch / "data")
+    optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.lr, weight_decay=recipe.weight_decay)
+    scheduler = train.warmup_cosine(optimizer, warmup_steps=max(1, round(recipe.warmup * run.steps)),
+                                    total_steps=max(run.steps, 2), min_ratio=recipe.min_lr_ratio)
+    eval_every = max(1, round(recipe.eval_every_tokens / recipe.tokens_per_step))
+    log_every = max(1, round(recipe.log_every_tokens / recipe.tokens_per_step))
+    done = read_checkpoint(state_file)["step"] if state_file.is_file() else 0
+    if done:
+        say(f"resuming {recipe.name} from {state_file} at step {done:,} ({done * recipe.tokens_per_step:,} tokens)")
+    clock = _read_json(clock_file, {"seconds": 0.0, "invocations": []})
+    clock["invocations"].append({"started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+                                 "from_step": done, "to_step": done, "seconds": 0.0,
+                                 "device": device.summary(dev), "world_size": world, **git_commit()})
+    started = time.perf_counter()
+    snapshot_steps = run.snapshot_steps()
+    history = None
+    step_fn = STEP_FNS[recipe.kind]
+
+    def evaluate(m):
+        return {"loss": heldout_loss(m, heldout, recipe.kind)}
+
+    if done in snapshot_steps and rank == 0 and f"{recipe.name}@{token_label(snapshot_steps[done])}" not in \
+            checkpoints.registry(run.out):    # stopped between the checkpoint and the snapshot: write it now
+        train.load_checkpoint(state_file, model)
+        write_snapshot(run, model, heldout, done, snapshot_steps[done], meta, say)
+    for boundary in run.boundaries(eval_every):
+        if boundary <= done:
+            continue
+        chunk_start = time.perf_counter()
+        with contextlib.redirect_stdout(io.StringIO()):    # fit's "resumed from ..." line, once per chunk
+            history = train.fit(model, loader, optimizer=optimizer, scheduler=scheduler, step_fn=step_fn,
+                                epochs=None, max_steps=boundary, eval_fn=evaluate, eval_every=eval_every, device=dev,
+                                checkpoint=state_file, resume=True, progress=False, log_every=log_every,
+                                seed=recipe.seed)
+        seconds = time.perf_counter() - chunk_start
+        if rank == 0:
+            clock["seconds"] += seconds
+            clock["invocations"][-1].update(to_step=boundary, seconds=round(time.perf_counter() - started, 1))
+            _write_json(clock_file, clock)
+        rate = (boundary - done) * recipe.tokens_per_step / seconds
+        last = next(r for r in reversed(history.records) if "eval_loss" in r)
+        eta = (run.steps - boundary) * recipe.tokens_per_step / rate
+        say(f"{recipe.name} step {boundary:,}/{run.steps:,} | tokens {token_label(boundary * recipe.tokens_per_step)}"
+            f"/{token_label(run.tokens)} | train {last.get('train_loss', float('nan')):.3f} | held-out "
+            f"{last.get('eval_loss', float('nan')):.3f} | {rate:,.0f} tokens/s | {_fmt_time(clock['seconds'])} "
+            f"trained, about {_fmt_time(eta)} to go")
+        done = boundary
+        if boundary in snapshot_steps and rank == 0:
+            write_snapshot(run, model, heldout, boundary, snapshot_steps[boundary], meta, say)
+        _barrier()
+        if _agree(minutes is not None and time.perf_counter() - started >= minutes * 60) and done < run.steps:
+            say(f"stopped after {minutes:g} minutes at step {done:,} of {run.steps:,} (checkpoint {state_file}): "
+                "run the same command again to continue from there")
+            return None
+    if history is None:          # the schedule had ended before this invocation: the model it left
+        history = train.load_checkpoint(state_file, model)["history"]
+        if history.records[-1].get("step") != run.steps or "eval_loss" not in history.records[-1]:
+            history.records.append({"step": run.steps, **{f"eval_{k}": v for k, v in evaluate(model).items()}})
+    return {"model": model, "history": history, "heldout": heldout, "meta": meta, "clock": clock,
+            "tokenizer": tok, "eval_every": eval_every}
+
+
+# ----------------------------------------------------------------------------- the output
+
+def _copy_tokenizer(run: Run) -> str:
+    relative = f"{run.recipe.name}/tokenizer.json"
+    src, dst = run.scratch / "data" / "tokenizer.json", run.out / relative
+    if not dst.is_file() or file_sha256(dst) != file_sha256(src):
+        with atomic_write(dst, "wb") as f:
+            f.write(src.read_bytes())
+    return relative
+
+
+def _weights_metadata(run: Run, model, tokens: int, step: int, losses: dict, dtype: str) -> dict:
+    return {"name": run.recipe.name, "kind": run.recipe.kind, "config": checkpoints.config_dict(model.cfg),
+            "tokens_seen": tokens, "steps": step, "heldout_loss": losses, "stored_dtype": dtype}
+
+
+def check_budget(run: Run, model, dtype: str, extra: int = 100_000) -> None:
+    """Refuse before writing anything when the output would break the folder's size budget."""
+    if run.out != checkpoints.CHECKPOINT_DIR.resolve():
+        return
+    others = {k: v for k, v in checkpoints.registry(run.out).items() if k.split("@")[0] != run.recipe.name}
+    state, _ = checkpoints.weights_state(model)
+    weights = sum(t.numel() * (DTYPES[dtype].itemsize if t.is_floating_point() else t.element_size())
+                  for t in state.values())
+    planned = checkpoints.total_size(others) + weights * (1 + len(run.snapshot_steps())) + extra
+    if planned > checkpoints.BUDGET_BYTES:
+        raise SystemExit(f"{run.recipe.name} would bring {run.out} to about {planned / 1e6:.0f} MB, over its budget "
+                         f"of {checkpoints.BUDGET_BYTES / 1e6:.0f} MB: fewer snapshots, or --out elsewhere")
+
+
+def write_snapshot(run: Run, model, heldout, step: int, tokens: int, meta: dict, say) -> None:
+    losses = rounded_losses(model, heldout, run.recipe.kind)
+    dtype = storage_dtype(losses)
+    check_budget(run, model, dtype)
+    name = f"{run.recipe.name}@{token_label(tokens)}"
+    relative = f"{run.recipe.name}/snapshots/{run.recipe.name}-{token_label(tokens)}.safetensors"
+    checkpoints.save_weights(model, run.out / relative, DTYPES[dtype],
+                             _weights_metadata(run, model, step * run.recipe.tokens_per_step, step, losses, dtype))
+    files = {"weights": checkpoints.file_entry(run.out, relative),
+             "tokenizer": checkpoints.file_entry(run.out, _copy_tokenizer(run))}
+    checkpoints.register(checkpoints.CheckpointInfo(
+        name=name, kind=run.recipe.kind, config=checkpoints.config_dict(model.cfg), files=files,
+        command=run.command, description=f"{run.recipe.description}: snapshot after {token_label(tokens)} tokens"),
+        run.out)
+    say(f"snapshot {name}: {run.out / relative} ({dtype}, held-out loss {losses['float32']:.4f})")
+
+
+def git_commit() -> dict:
+    from lib.results import _provenance
+    commit, dirty = _provenance()
+    return {"commit": commit, "uncommitted_changes": dirty}
+
+
+def write_output(run: Run, result: dict, say: Callable[[str], None] = print) -> dict:
+    """Weights, tokenizer, card (JSON and Markdown), then the registry entry; returns the card."""
+    recipe, model, meta = run.recipe, result["model"], result["meta"]
+    folder = run.out / recipe.name
+    losses = rounded_losses(model, result["heldout"], recipe.kind)
+    dtype = storage_dtype(losses)
+    tokens_seen = run.steps * recipe.tokens_per_step
+    check_budget(run, model, dtype)
+    weights = f"{recipe.name}/model.safetensors"
+    checkpoints.save_weights(model, run.out / weights, DTYPES[dtype],
+                             _weights_metadata(run, model, tokens_seen, run.steps, losses, dtype))
+    tokenizer = _copy_tokenizer(run)
+    records = result["history"].records
+    curve = [{"step": r["step"], "tokens": r["step"] * recipe.tokens_per_step,
+              "train_loss": round(r["train_loss"], 4) if "train_loss" in r else None,
+              "heldout_loss": round(r["eval_loss"], 4)} for r in records if "eval_loss" in r]
+    clock = result["clock"]
+    card = {
+        "name": recipe.name, "description": recipe.description, "kind": recipe.kind,
+        "command": run.command, **git_commit(),
+        "data": {"datasets": meta["datasets"], "corpus": recipe.corpus, "corpus_sha256": meta["corpus_sha256"],
+                 "documents": meta["documents"], "heldout_documents": meta["heldout_documents"],
+                 "train_tokens": meta["train_tokens"], "heldout_tokens": meta["heldout_tokens"],
+                 "counts": meta["counts"], "passes": round(tokens_seen / meta["train_tokens"], 3)},
+        "tokenizer": {"kind": recipe.tokenizer, "vocab_size": meta["vocab_size"], "lowercase": recipe.lowercase,
+                      "file": "tokenizer.json", "sha256": meta["tokenizer_sha256"]},
+        "model": {"config": checkpoints.config_dict(model.cfg), "parameters": model.num_parameters()},
+        "training": {"tokens_seen": tokens_seen, "tokens_target": run.tokens, "steps": run.steps,
+                     "global_batch": recipe.batch_size, "seq_len": recipe.seq_len, "lr": recipe.lr,
+                     "schedule": f"linear warm-up over {recipe.warmup:.0%} of the steps, cosine to "
+                                 f"{recipe.min_lr_ratio:g} x lr", "weight_decay": recipe.weight_decay,
+                     "wall_seconds": round(clock["seconds"], 1), "prepare_seconds": meta["seconds"],
+                     "invocations": clock["invocations"],
+                     "device": clock["invocations"][-1]["device"], "precision": device.precision(run.dev).name,
+                     "recipe": dataclasses.asdict(recipe)},
+        "heldout": {"loss": losses["float32"], "by_stored_dtype": losses, "stored_dtype": dtype,
+                    "tolerance_nats": DTYPE_TOLERANCE, "curve": curve},
+        "snapshots": [f"{recipe.name}@{token_label(t)}" for t in run.snapshots if t < run.tokens],
+    }
+    _write_json(folder / "card.json", card)
+    with atomic_write(folder / "card.md", "w", encoding="utf-8") as f:
+        f.write(card_markdown(card))
+    files = {"weights": checkpoints.file_entry(run.out, weights),
+             "tokenizer": checkpoints.file_entry(run.out, tokenizer),
+             "card": checkpoints.file_entry(run.out, f"{recipe.name}/card.json"),
+             "card_md": checkpoints.file_entry(run.out, f"{recipe.name}/card.md")}
+    checkpoints.register(checkpoints.CheckpointInfo(name=recipe.name, kind=recipe.kind,
+                                                    config=checkpoints.config_dict(model.cfg), files=files,
+                                                    command=run.command, description=recipe.description), run.out)
+    say(f"wrote {folder}: {dtype} weights ({files['weights'].size / 1e6:.1f} MB), held-out loss "
+        f"{losses['float32']:.4f} (float32) / {losses[dtype]:.4f} ({dtype}); registered in {run.out / 'registry.json'}")
+    return card
+
+
+def card_markdown(card: dict) -> str:
+    t, h, d = card["training"], card["heldout"], card["data"]
+    files = ", ".join(f"`{x['dataset']}/{x['file']}` (sha256 `{x['sha256'][:12]}…`)" for x in d["datasets"])
+    lines = [f"# {card['name']}", "", card["description"] + ".", "",
+             f"- **Model**: {card['kind']}, {card['model']['parameters']:,} parameters; configuration in `card.json`.",
+             f"- **Data**: {files}; corpus `{d['corpus']}`: {d['documents']:,} documents (sha256 of the text "
+             f"`{d['corpus_sha256'][:12]}…`), {d['train_tokens']:,} training tokens, every "
+             f"{t['recipe']['heldout_every']}th document held out ({d['heldout_tokens']:,} tokens). Counts: "
+             + ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in d["counts"].items()) + ".",
+             f"- **Tokenizer**: {card['tokenizer']['kind']}, {card['tokenizer']['vocab_size']:,} entries "
+             f"(`tokenizer.json`, shipped with the weights).",
+             f"- **Training**: {t['tokens_seen']:,} tokens ({d['passes']:g} passes), {t['steps']:,} steps of "
+             f"{t['global_batch']} x {t['seq_len']} tokens, lr {t['lr']:g} ({t['schedule']}), "
+             f"{t['wall_seconds'] / 60:.1f} minutes of training in {len(t['invocations'])} invocation(s).",
+             f"- **Device**: {t['device']}; precision {t['precision']} (training), weights stored in "
+             f"{h['stored_dtype']}.",
+             f"- **Held-out loss**: {h['loss']:.4f} nats/token in float32; with the stored weights "
+             + ", ".join(f"{k} {v:.4f}" for k, v in h["by_stored_dtype"].items())
+             + f" (a dtype is used when within {h['tolerance_nats']:g} nats).",
+             f"- **Commit**: `{card['commit']}`" + (" (with uncommitted changes)" if card["uncommitted_changes"] else ""),
+             f"- **Rebuild**: `{card['command']}`", "",
+             "| step | tokens | train loss | held-out loss |", "|---:|---:|---:|---:|"]
+    lines += [f"| {c['step']:,} | {c['tokens']:,} | {c['train_loss'] if c['train_loss'] is not None else '—'} | "
+              f"{c['heldout_loss']} |" for c in h["curve"]]
+    return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------------- command line
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m tools.pretrain", description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("recipe", nargs="?", help="a recipe name (--list shows them)")
+    ap.add_argument("--list", action="store_true", help="list the recipes and exit")
+    ap.add_argument("--tokens", type=parse_tokens, help="length of the schedule in tokens (default: the recipe's)")
+    ap.add_argument("--minutes", type=float, help="stop this invocation after this much wall time (resumable)")
+    ap.add_argument("--snapshots", default="", help="token counts at which to save weights too, e.g. 2M,6M,15M")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a recipe field (or model.<field>), e.g. --set lr=5e-4")
+    ap.add_argument("--out", type=Path, default=checkpoints.CHECKPOINT_DIR,
+                    help="where the checkpoint goes (default: the repository's checkpoints/)")
+    ap.add_argument("--scratch", type=Path, default=SCRATCH, help="resume state and prepared data (default .pretrain/)")
+    ap.add_argument("--fresh", action="store_true",
+                    help="delete this recipe's resume state and start over (the prepared data is kept)")
+    ap.add_argument("--threads", type=int, help="CPU threads per process (default: lib.device's policy)")
+    ap.add_argument("--precision", choices=("auto", "fp32", "bf16"),
+                    help="training precision (sets COURSE_PRECISION; default: lib.device's policy)")
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> dict | None:
+    args = parse_args(argv)
+    if args.list or not args.recipe:
+        for r in RECIPES.values():
+            print(f"{r.name:14s} {r.kind:9s} {r.tokens / 1e6:5.1f}M tokens  {r.description}")
+        return None
+    if args.recipe not in RECIPES:
+        raise SystemExit(f"unknown recipe {args.recipe!r}: expected one of {', '.join(RECIPES)}")
+    if args.precision:
+        os.environ[device.PRECISION_ENV] = args.precision
+    recipe = with_overrides(RECIPES[args.recipe], args.set)
+    tokens = args.tokens or recipe.tokens
+    snapshots = sorted(parse_tokens(s) for s in args.snapshots.split(",") if s.strip())
+    scratch, out = args.scratch.resolve() / recipe.name, args.out.resolve()
+    if out == scratch or out in scratch.parents or scratch in out.parents:
+        raise SystemExit(f"--out {out} and --scratch {scratch} must be separate folders (optimizer state never "
+                         "goes into the output)")
+    dev = device.setup(seed=recipe.seed, cpu_threads=args.threads)
+    main_process = device.is_main_process()
+    say = print if main_process else (lambda line: None)
+    if args.fresh and main_process:           # the prepared data (checked against the recipe) is kept
+        for name in ("state.pt", "run.json", "clock.json"):
+            (scratch / name).unlink(missing_ok=True)
+    _barrier()
+    run = Run(recipe, tokens, snapshots, scratch, out, canonical_command(recipe.name, tokens, snapshots, args.set), dev)
+    say(f"{recipe.name}: {run.steps:,} steps of {recipe.batch_size} x {recipe.seq_len} tokens = "
+        f"{token_label(run.steps * recipe.tokens_per_step)} tokens | {device.summary(dev)}")
+    result = train_run(run, args.minutes, say)
+    card = None
+    if result is not None and main_process:
+        card = write_output(run, result, say)
+    _barrier()
+    return {"card": card, **(result or {})}
+
+
+if __name__ == "__main__":
+    main()

@@ -599,6 +599,42 @@ def test_in_place_changes_to_tensor_arguments_reach_the_test(tmp_path):
         k.kill()
 
 
+def test_the_wire_module_reaches_the_sandbox_and_both_sides_speak_it(tmp_path):
+    """The setup cell ships wire.py with the kernel server into a real sandbox (where neither the
+    checkout nor the package is visible) without leaving names in the notebook; values of every kind
+    cross both ways; the server refuses a malformed request with a WireError, and the grader refuses
+    a malformed reply (a submission that replaced the server) with a RemoteError."""
+    import numpy as np
+    import torch
+    k = E.Kernel(tmp_path / "box")
+    try:
+        runner = "_grader_test"
+        names = "print(sorted(n for n in globals() if not n.startswith('_i') and n != '_'))"
+        before = k.execute(names, 20).stdout
+        assert k.execute(E._setup_cell(runner), 60).status == "ok"
+        after = k.execute(names, 20).stdout
+        assert set(eval(after)) - set(eval(before)) == {runner}, after
+        src = ("import torch, numpy as np\n"
+               "def echo(*a, **kw):\n    return a, kw\n"
+               "data = {'bf': torch.ones(2, dtype=torch.bfloat16), 'arr': np.arange(3), 'n': np.int64(5)}\n")
+        assert k.execute(src, 60).status == "ok"
+        remote = E.Remote(k, runner, 30, time.monotonic() + 60)
+        sent = ((torch.tensor([1.5], dtype=torch.bfloat16), np.ones((2, 2)), torch.int8, "s"), {"k": [None, 2.5]})
+        a, kw = remote.get("echo")(*sent[0], **sent[1])
+        assert a[0].dtype == torch.bfloat16 and a[0].item() == 1.5 and np.array_equal(a[1], np.ones((2, 2)))
+        assert a[2:] == (torch.int8, "s") and kw == {"k": [None, 2.5]}
+        data = remote.get("data")
+        assert data["bf"].dtype == torch.bfloat16 and data["arr"].tolist() == [0, 1, 2] and data["n"] == 5
+        r = k.execute(f"{runner}('@@N@@', '{{\"op\": \"get\"}}')", 20)
+        assert E.wire.read_reply(r.stdout, "@@N@@")["exc"] == ["WireError", "request 'get': missing field(s) name"]
+        # the submission replaces the server with one that answers garbage
+        k.execute(f"def {runner}(nonce, payload):\n    print(nonce + '{{\"value\": 1, \"score\": 100}}')", 20)
+        with pytest.raises(E.RemoteError, match="malformed answer: reply: unknown field 'score'"):
+            remote.get("data")
+    finally:
+        k.kill()
+
+
 def test_sanitize_drops_only_otter_calls():
     src = 'import otter\ngrader = otter.Notebook("x.ipynb")\nx = 1\n  grader.check("q1")\nprint(x)'
     out = E._sanitize(src).splitlines()
@@ -617,26 +653,25 @@ def test_grader_never_kills_its_own_pid_namespace():
 
 
 def test_kernel_server_answers_with_data_and_caps_its_answers(capsys):
-    """The kernel-side server (tools/grader/kernel_server.py) run in this process: a name comes back
-    as data, a function as a handle, and an answer over the limit as AnswerTooLarge."""
-    import base64
-    import json
+    """The kernel-side server (tools/grader/kernel_server.py) run in this process with the wire module:
+    a name comes back as data, a function as a handle, an answer over the limit as AnswerTooLarge,
+    and a malformed request as a WireError that says what is wrong."""
     import torch
-    from tools.grader import kernel_server
+    from tools.grader import kernel_server, wire
     ns = {"x": torch.arange(3.0), "f": lambda t: t * 2, "big": torch.zeros(1000)}
-    kernel_server._setup("run", ns, max_answer=1024)
+    kernel_server._setup("run", ns, wire, max_answer=1024)
 
-    def ask(req):
-        ns["run"]("@@N@@", json.dumps(req))
-        line = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("@@N@@")][-1]
-        return json.loads(line[len("@@N@@"):])
+    def ask(text):
+        ns["run"]("@@N@@", text)
+        return wire.read_reply(capsys.readouterr().out, "@@N@@")
 
-    x = ask({"op": "get", "name": "x"})["value"]["__t__"]
-    assert x[0] == "float32" and x[1] == [3]
-    h = ask({"op": "get", "name": "f"})["value"]["__h__"]
-    one = base64.b64encode(torch.tensor([1.5]).numpy().tobytes()).decode()
-    out = ask({"op": "call", "h": h, "args": [{"__t__": ["float32", [1], one, False]}], "kwargs": {"__dict__": []}})
-    assert out["value"]["__t__"][:2] == ["float32", [1]]
-    assert torch.frombuffer(bytearray(base64.b64decode(out["value"]["__t__"][2])), dtype=torch.float32).item() == 3.0
-    assert ask({"op": "get", "name": "big"})["exc"][0] == "AnswerTooLarge"
-    assert ask({"op": "nonsense"})["exc"][0] == "ValueError"
+    assert torch.equal(wire.decode(ask(wire.request("get", name="x"))["value"]), torch.arange(3.0))
+    assert ask(wire.request("get", name="nothing")) == {"missing": True}
+    f = ask(wire.request("get", name="f"))["value"]
+    assert f == {"__h__": 1, "type": "function"}
+    out = ask(wire.request("call", h=1, args=wire.encode([torch.tensor([1.5])]), kwargs=wire.encode({}), grad=False))
+    assert torch.equal(wire.decode(out["value"]), torch.tensor([3.0])) and "changed" not in out
+    assert ask(wire.request("get", name="big"))["exc"][0] == "AnswerTooLarge"
+    assert ask('{"op": "nonsense"}')["exc"] == ["WireError", "unknown request kind 'nonsense' (expected one of "
+                                                "get, call, getattr, getitem, iter, len, vjp)"]
+    assert ask(wire.request("len", h=99))["exc"] == ["WireError", "no object with handle 99"]

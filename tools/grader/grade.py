@@ -17,8 +17,9 @@ import nbformat
 
 from .masters import load_tests, test_file
 from .sandbox import reap_sandboxes, sandbox_argv
-from .kernel import Kernel, MAX_ANSWER, _sanitize, _setup_cell
+from .kernel import Kernel, _sanitize, _setup_cell
 from .remote import QuestionAborted, Remote, StudentNamespace, _short
+from .wire import MAX_ANSWER
 
 
 @dataclasses.dataclass

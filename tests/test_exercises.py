@@ -577,9 +577,9 @@ def test_points_list_weights_each_hidden_test(points, x, score):
     assert tf.possible == 4
 
 
-def test_in_place_changes_to_tensor_arguments_reach_the_test(tmp_path):
-    """Arguments cross as copies, but a tensor the notebook changes in place is changed in the test
-    too, so that a hidden test can check that a function leaves its input alone."""
+def test_in_place_changes_to_arguments_reach_the_test(tmp_path):
+    """Arguments cross as copies, but a tensor, list or dict the notebook changes in place is changed
+    in the test too, so that a hidden test can check that a function leaves its input alone."""
     import torch
     k = E.Kernel(tmp_path / "box")
     try:
@@ -595,6 +595,16 @@ def test_in_place_changes_to_tensor_arguments_reach_the_test(tmp_path):
         assert x.tolist() == [1.0, 1.0, 1.0] and y.tolist() == [3.0, 3.0]
         z = torch.zeros(2)
         assert remote.get("pure")(z).tolist() == [1.0, 1.0] and z.tolist() == [0.0, 0.0]
+        src = ("def sort_and_tag(ids, nested, meta):\n    ids[1:3] = [0]\n    nested[0].sort()\n"
+               "    nested[1].add_(1)\n    meta['seen'] = True\n    return len(ids)\n"
+               "def reads(ids, meta):\n    return sum(ids) + len(meta)\n")
+        assert k.execute(src, 60).status == "ok"
+        ids, spans, meta, t = [5, 6, 7, 8], [(4, 5), (1, 2)], {"n": 1}, torch.ones(2)
+        assert remote.get("sort_and_tag")(ids, [spans, t], meta=meta) == 3
+        assert ids == [5, 0, 8] and spans == [(1, 2), (4, 5)] and meta == {"n": 1, "seen": True}
+        assert t.tolist() == [2.0, 2.0]
+        ids, meta = [1, 2], {"n": 1}
+        assert remote.get("reads")(ids, meta) == 4 and ids == [1, 2] and meta == {"n": 1}
     finally:
         k.kill()
 

@@ -79,6 +79,20 @@ def test_objects_that_are_not_data_cross_as_handles_only_when_the_sides_allow():
         wire.decode(value)
 
 
+def test_mutables_lists_what_a_call_may_change_in_place_in_one_order():
+    a, b, c = torch.zeros(1), torch.ones(1), torch.full((1,), 2.0)
+    inner = [b]
+    d = {"k": inner, "t": c}
+    args = (a, (inner, 3), "s")
+    got = wire.mutables(args, {"d": d, "n": 1})
+    # a container before what it holds; tuples are walked but cannot change; nothing twice
+    assert [id(x) for x in got] == [id(a), id(inner), id(b), id(d), id(c)]
+    assert wire.mutables((), {}) == []
+    loop = []
+    loop.append(loop)
+    assert wire.mutables((loop,), {}) == [loop]
+
+
 @pytest.mark.parametrize("op", sorted(wire.REQUESTS))
 def test_every_request_kind_round_trips(op):
     samples = {str: "name", int: 7, bool: True, wire.VALUE: wire.encode([torch.ones(1), {"a": 1}])}

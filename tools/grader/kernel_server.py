@@ -44,13 +44,12 @@ def _setup(runner_name, ns, wire, max_answer=None):
             args, kwargs = wire.decode(req["args"], resolve), wire.decode(req["kwargs"], resolve)
             if not isinstance(args, list) or not isinstance(kwargs, dict):
                 raise wire.WireError("a call needs a list of arguments and a dict of keyword arguments")
-            sent = wire.tensors([args, kwargs])
-            before = [t.detach().clone() for t in sent]
+            held = wire.mutables(args, kwargs)
+            before = [snapshot(x) for x in held]
             res = obj(*args, **kwargs)
             out = {"value": enc(res)}
-            # tensor arguments the call changed in place go back, so that the test sees the change
-            changed = [[i, enc(t)] for i, (t, b) in enumerate(zip(sent, before))
-                       if t.shape != b.shape or t.dtype != b.dtype or not bool((t.detach() == b).all())]
+            # arguments the call changed in place go back, so that the test sees the change
+            changed = [[i, enc(x)] for i, (x, b) in enumerate(zip(held, before)) if differs(x, b)]
             if changed:
                 out["changed"] = changed
             if req["grad"]:
@@ -67,6 +66,16 @@ def _setup(runner_name, ns, wire, max_answer=None):
         if op == "len":
             return {"value": len(obj)}
         raise wire.WireError(f"request kind {op!r} has no answer here")
+
+    def snapshot(x):
+        return list(x) if isinstance(x, list) else dict(x) if isinstance(x, dict) else x.detach().clone()
+
+    def differs(x, before):
+        if isinstance(x, list):
+            return len(x) != len(before) or any(a is not b for a, b in zip(x, before))
+        if isinstance(x, dict):
+            return list(x) != list(before) or any(x[k] is not before[k] for k in x)
+        return x.shape != before.shape or x.dtype != before.dtype or not bool((x.detach() == before).all())
 
     def vjp(ins, outs, grads):
         import torch

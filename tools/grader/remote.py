@@ -86,22 +86,15 @@ class Remote:
 
     def call(self, handle: int, args: tuple, kwargs: dict):
         import torch
-        sent = wire.tensors([args, kwargs])
-        ins = [t for t in sent if t.requires_grad]
+        held = wire.mutables(args, kwargs)
+        ins = [t for t in wire.tensors([args, kwargs]) if t.requires_grad]
         out = self.request("call", h=handle, args=self.encode(list(args)), kwargs=self.encode(dict(kwargs)),
                            grad=bool(ins))
         value = self.decode(out["value"])
-        # an in-place change the notebook made to a tensor argument is made to the test's tensor too
+        # an in-place change the notebook made to an argument is made to the test's object too
         # (arguments cross as copies; without this, "the input is unchanged" could never fail)
         for i, new in out.get("changed", ()):
-            new = self.decode(new)
-            if i >= len(sent) or not isinstance(new, torch.Tensor):
-                raise RemoteError("malformed answer: 'changed' names no tensor argument")
-            with torch.no_grad():
-                if new.shape == sent[i].shape:
-                    sent[i].copy_(new)
-                else:
-                    sent[i].data = new.to(sent[i].dtype)
+            _change_in_place(held[i] if i < len(held) else None, self.decode(new))
         if not ins or "gid" not in out:
             return value
         # gradients: the outputs are tied to the inputs by a function whose backward asks the notebook
@@ -123,6 +116,24 @@ class Remote:
         tied = _Bridge.apply(vjp, len(ins), *ins, *outs)
         swap = {id(o): t for o, t in zip(outs, tied)}
         return _replace_tensors(value, swap)
+
+
+def _change_in_place(target, new) -> None:
+    """Make the test's argument ``target`` what the notebook's copy became (``new``)."""
+    import torch
+    if isinstance(target, torch.Tensor) and isinstance(new, torch.Tensor):
+        with torch.no_grad():
+            if new.shape == target.shape:
+                target.copy_(new)
+            else:
+                target.data = new.to(target.dtype)
+    elif isinstance(target, list) and isinstance(new, list):
+        target[:] = new
+    elif isinstance(target, dict) and isinstance(new, dict):
+        target.clear()
+        target.update(new)
+    else:
+        raise RemoteError("malformed answer: 'changed' names no argument of that kind")
 
 
 def _replace_tensors(x, swap):

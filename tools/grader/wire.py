@@ -10,9 +10,10 @@ server's runner with a fresh nonce and the request's text.
 A **reply** is one JSON object written by the runner to the kernel's stdout on a line of its own,
 after the nonce (``frame``); the grader reads the last such line of the execution's output
 (``read_reply``). A reply holds exactly one of ``value`` (the answer), ``missing`` (no such name) or
-``exc`` (``[exception type name, message]``), and with ``value`` maybe ``changed`` (tensor arguments
-the call changed in place: ``[index, new value]``, the index counting the tensors of
-``[args, kwargs]`` in ``tensors`` order) and ``gid`` (a handle for the vector-Jacobian product).
+``exc`` (``[exception type name, message]``), and with ``value`` maybe ``changed`` (the tensors,
+lists and dicts among a call's arguments that the call changed in place: ``[index, new value]``, the
+index counting in ``mutables`` order) and ``gid`` (a handle for the vector-Jacobian product of a
+call's tensor arguments, counted in ``tensors`` order).
 
 A **value** is JSON: None, bools, numbers and strings as themselves, lists as lists, and objects
 with exactly one tag:
@@ -186,7 +187,7 @@ def check_reply(msg: dict) -> dict:
         raise WireError("reply: 'exc' must be [exception type name, message]")
     for item in msg.get("changed", ()):
         if not (isinstance(item, list) and len(item) == 2 and _is(item[0], int) and item[0] >= 0):
-            raise WireError("reply: each 'changed' item must be [tensor index, value]")
+            raise WireError("reply: each 'changed' item must be [argument index, value]")
     return msg
 
 
@@ -208,8 +209,34 @@ def handle_ref(h: int, type_name: str | None = None) -> dict:
     return {"__h__": int(h)} if type_name is None else {"__h__": int(h), "type": str(type_name)}
 
 
+def mutables(args, kwargs) -> list:
+    """What a call may change in place: the tensors, lists and dicts among its arguments (``args``
+    then the values of ``kwargs``) and inside them (lists, tuples, dict values), depth first, a
+    container before what it holds: the order ``changed`` counts in."""
+    torch = sys.modules.get("torch")
+    out, seen = [], set()
+
+    def walk(x, depth):
+        if depth > MAX_DEPTH or id(x) in seen:
+            return
+        if torch is not None and isinstance(x, torch.Tensor):
+            seen.add(id(x))
+            out.append(x)
+        elif isinstance(x, (list, tuple, dict)):
+            seen.add(id(x))
+            if not isinstance(x, tuple):
+                out.append(x)
+            for v in (x.values() if isinstance(x, dict) else x):
+                walk(v, depth + 1)
+
+    for v in [*args, *kwargs.values()]:
+        walk(v, 0)
+    return out
+
+
 def tensors(x, out=None) -> list:
-    """The tensors in ``x`` (lists, tuples and dict values, depth first): the order ``changed`` counts in."""
+    """The tensors in ``x`` (lists, tuples and dict values, depth first): the order of a call's
+    inputs and outputs in a vector-Jacobian product."""
     torch = sys.modules.get("torch")
     out = [] if out is None else out
     if torch is not None and isinstance(x, torch.Tensor):

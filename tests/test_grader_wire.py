@@ -182,10 +182,10 @@ def _nested(n):
 
 @pytest.mark.parametrize("value, match", [
     ({"__t__": ["float32", [2], _ONE[2], False]}, "4 bytes of data do not fit the shape \\[2\\]"),
-    ({"__t__": ["float32", [-1], _ONE[2]]}, "a shape must be a list of sizes"),
-    ({"__t__": ["object", [1], _ONE[2]]}, "unsupported tensor dtype 'object'"),
-    ({"__t__": ["float32", [1], "not base64!"]}, "not valid base64"),
-    ({"__t__": ["float32", [1]]}, "__t__ needs a list of 3 or 4 items"),
+    ({"__t__": ["float32", [-1], _ONE[2], False]}, "a shape must be a list of sizes"),
+    ({"__t__": ["object", [1], _ONE[2], False]}, "unsupported tensor dtype 'object'"),
+    ({"__t__": ["float32", [1], "not base64!", False]}, "not valid base64"),
+    ({"__t__": ["float32", [1], _ONE[2]]}, "__t__ needs a list of 4 items"),
     ({"__a__": ["|O", [1], ""]}, "unsupported array dtype"),
     ({"__a__": ["<f4", [3], _ONE[2]]}, "do not fit the shape"),
     ({"__dtype__": "Tensor"}, "unsupported dtype 'Tensor'"),

@@ -318,10 +318,10 @@ def _raw(data, shape, itemsize: int) -> bytearray:
     return raw
 
 
-def _parts(x, tag: str, n: tuple) -> list:
+def _parts(x, tag: str, n: int) -> list:
     v = x[tag]
-    if not (isinstance(v, list) and len(v) in n):
-        raise WireError(f"{tag} needs a list of {' or '.join(map(str, n))} items")
+    if not (isinstance(v, list) and len(v) == n):
+        raise WireError(f"{tag} needs a list of {n} items")
     return v
 
 
@@ -343,16 +343,16 @@ def decode(x, handle=None, depth: int = 0):
     tag = tags[0]
     if tag == "__t__":
         import torch
-        dtype, shape, data, *grad = _parts(x, tag, (3, 4))
+        dtype, shape, data, grad = _parts(x, tag, 4)
         if dtype not in DTYPES:
             raise WireError(f"unsupported tensor dtype {dtype!r:.40}")
         dt = getattr(torch, dtype)
         raw = _raw(data, _shape(shape), torch.empty(0, dtype=dt).element_size())
         t = (torch.frombuffer(raw, dtype=dt) if raw else torch.empty(0, dtype=dt)).reshape(shape).clone()
-        return t.requires_grad_(True) if grad and grad[0] is True and (t.is_floating_point() or t.is_complex()) else t
+        return t.requires_grad_(True) if grad is True and (t.is_floating_point() or t.is_complex()) else t
     if tag == "__a__":
         import numpy as np
-        dtype, shape, data = _parts(x, tag, (3,))
+        dtype, shape, data = _parts(x, tag, 3)
         try:
             dt = np.dtype(str(dtype))
         except TypeError:

@@ -75,7 +75,8 @@ def _edit_master(src: Path, dst: Path, fn) -> None:
 
 
 def test_prove_detects_broken_sets(tmp_path, capsys):
-    """A leaked solution, a question without hidden test and a 'wrong' answer that is right all fail."""
+    """A leaked solution, a question without hidden test, a 'wrong' answer that is right and one whose
+    code does not run all fail."""
     root = tmp_path / "exercises"
     (root / "03_transformer").mkdir(parents=True)
     master = ROOT / "exercises" / "03_transformer" / "sdpa_padding.ipynb"
@@ -112,7 +113,10 @@ def test_prove_detects_broken_sets(tmp_path, capsys):
                         "      def padding_mask(lengths, max_len=None):\n" + cheat, 1)
     stub = stub.replace('    q3: |\n      q3_answer = "a"', '    q3: |\n      q3_answer = "b"')
     assert cheat in stub and 'q3_answer = "b"' in stub
-    wrong = others + "\nstub:\n" + stub
+    # a wrong answer whose own code fails (a botched edit) proves nothing about the tests
+    broken = ("\nbroken_edit:\n  replace:\n    q2: |\n      CJK_[(1, 2)] = [(1, 2)]\n\n\n"
+              "      def padding_mask(lengths, max_len=None):\n          return None\n")
+    wrong = others + broken + "\nstub:\n" + stub
     (root / "04_stubs" / "sdpa_padding.wrong.yaml").write_text(wrong)
     rc = E.prove(tmp_path / "dist", timeout=30, jobs=2, root=root)
     out = capsys.readouterr().out
@@ -123,10 +127,23 @@ def test_prove_detects_broken_sets(tmp_path, capsys):
     assert "wrong:actually_right: expected strictly between 0 and 100 %; scored 7/7" in out
     assert "full marks on the question(s) it answers wrongly: q3" in out
     assert "no 'stub' entry" in out and "question q1 has no recorded wrong answer" in out
+    assert ("wrong:broken_edit: its code for q2 fails when run (NameError: name 'CJK_' is not defined); "
+            "a wrong answer must run") in out
     # every constant is tried: only the one the stub cheats on fails; the right letter is never used
     stubs = out.split("04_stubs/sdpa_padding")[1]
     assert "stub[0]=0% stub[1]=" in stubs and "stub[1]=0%" not in stubs and "stub[0.5]=0% stub[-1]=0%" in stubs
     assert "- stub[1]: a stub must score 0" in stubs and "- stub[0]:" not in stubs
+
+
+def test_a_wrong_answer_whose_own_code_fails_proves_nothing():
+    """check_expectation: a wrong answer whose replaced cell raises (a botched edit) is reported;
+    an error in another cell is not its own; an `expect: zero` answer (calls lib) may fail to run."""
+    g = E.Grade("x", {"q1": 1.0, "q2": 0.0}, {"q1": 2.0, "q2": 2.0},
+                ["cell 5: NameError: name 'x' is not defined", "cell 7: ZeroDivisionError: division by zero"])
+    assert E.check_expectation(g, ("between", ["q2"], False, {"q2": 5})) == [
+        "its code for q2 fails when run (NameError: name 'x' is not defined); a wrong answer must run"]
+    assert E.check_expectation(g, ("between", ["q2"], False, {"q2": 6})) == []
+    assert E.check_expectation(g, ("between", ["q2"], True, {"q2": 5})) == []
 
 
 def _mc_info(answers: dict[str, tuple[str, dict[str, str]]]):

@@ -438,9 +438,9 @@ def test_grader_solution_and_blank(graded):
 
 def test_grader_infinite_loop_costs_only_that_question(graded):
     rows, _ = graded
-    assert _scores(rows["loop_cell.ipynb"]) == {**FULL, "q2": 0.0}
+    assert _scores(rows["loop_cell.ipynb"]) == {**FULL, "q2": 0.0}, rows["loop_cell.ipynb"]["notes"]
     assert "timed out" in rows["loop_cell.ipynb"]["notes"]
-    assert _scores(rows["loop_in_tests.ipynb"]) == {**FULL, "q1": 0.0}
+    assert _scores(rows["loop_in_tests.ipynb"]) == {**FULL, "q1": 0.0}, rows["loop_in_tests.ipynb"]["notes"]
     assert "q1: tests timed out" in rows["loop_in_tests.ipynb"]["notes"]
     r = rows["ignores_interrupt.ipynb"]
     assert _scores(r) == {**FULL, "q3": 0.0}, r["notes"]

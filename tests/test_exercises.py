@@ -75,7 +75,8 @@ def _edit_master(src: Path, dst: Path, fn) -> None:
 
 
 def test_prove_detects_broken_sets(tmp_path, capsys):
-    """A leaked solution, a question without hidden test and a 'wrong' answer that is right all fail."""
+    """A leaked solution, a question without hidden test, a 'wrong' answer that is right and one whose
+    code does not run all fail."""
     root = tmp_path / "exercises"
     (root / "03_transformer").mkdir(parents=True)
     master = ROOT / "exercises" / "03_transformer" / "sdpa_padding.ipynb"
@@ -112,7 +113,10 @@ def test_prove_detects_broken_sets(tmp_path, capsys):
                         "      def padding_mask(lengths, max_len=None):\n" + cheat, 1)
     stub = stub.replace('    q3: |\n      q3_answer = "a"', '    q3: |\n      q3_answer = "b"')
     assert cheat in stub and 'q3_answer = "b"' in stub
-    wrong = others + "\nstub:\n" + stub
+    # a wrong answer whose own code fails (a botched edit) proves nothing about the tests
+    broken = ("\nbroken_edit:\n  replace:\n    q2: |\n      CJK_[(1, 2)] = [(1, 2)]\n\n\n"
+              "      def padding_mask(lengths, max_len=None):\n          return None\n")
+    wrong = others + broken + "\nstub:\n" + stub
     (root / "04_stubs" / "sdpa_padding.wrong.yaml").write_text(wrong)
     rc = E.prove(tmp_path / "dist", timeout=30, jobs=2, root=root)
     out = capsys.readouterr().out
@@ -123,10 +127,23 @@ def test_prove_detects_broken_sets(tmp_path, capsys):
     assert "wrong:actually_right: expected strictly between 0 and 100 %; scored 7/7" in out
     assert "full marks on the question(s) it answers wrongly: q3" in out
     assert "no 'stub' entry" in out and "question q1 has no recorded wrong answer" in out
+    assert ("wrong:broken_edit: its code for q2 fails when run (NameError: name 'CJK_' is not defined); "
+            "a wrong answer must run") in out
     # every constant is tried: only the one the stub cheats on fails; the right letter is never used
     stubs = out.split("04_stubs/sdpa_padding")[1]
     assert "stub[0]=0% stub[1]=" in stubs and "stub[1]=0%" not in stubs and "stub[0.5]=0% stub[-1]=0%" in stubs
     assert "- stub[1]: a stub must score 0" in stubs and "- stub[0]:" not in stubs
+
+
+def test_a_wrong_answer_whose_own_code_fails_proves_nothing():
+    """check_expectation: a wrong answer whose replaced cell raises (a botched edit) is reported;
+    an error in another cell is not its own; an `expect: zero` answer (calls lib) may fail to run."""
+    g = E.Grade("x", {"q1": 1.0, "q2": 0.0}, {"q1": 2.0, "q2": 2.0},
+                ["cell 5: NameError: name 'x' is not defined", "cell 7: ZeroDivisionError: division by zero"])
+    assert E.check_expectation(g, ("between", ["q2"], False, {"q2": 5})) == [
+        "its code for q2 fails when run (NameError: name 'x' is not defined); a wrong answer must run"]
+    assert E.check_expectation(g, ("between", ["q2"], False, {"q2": 6})) == []
+    assert E.check_expectation(g, ("between", ["q2"], True, {"q2": 5})) == []
 
 
 def _mc_info(answers: dict[str, tuple[str, dict[str, str]]]):
@@ -421,9 +438,9 @@ def test_grader_solution_and_blank(graded):
 
 def test_grader_infinite_loop_costs_only_that_question(graded):
     rows, _ = graded
-    assert _scores(rows["loop_cell.ipynb"]) == {**FULL, "q2": 0.0}
+    assert _scores(rows["loop_cell.ipynb"]) == {**FULL, "q2": 0.0}, rows["loop_cell.ipynb"]["notes"]
     assert "timed out" in rows["loop_cell.ipynb"]["notes"]
-    assert _scores(rows["loop_in_tests.ipynb"]) == {**FULL, "q1": 0.0}
+    assert _scores(rows["loop_in_tests.ipynb"]) == {**FULL, "q1": 0.0}, rows["loop_in_tests.ipynb"]["notes"]
     assert "q1: tests timed out" in rows["loop_in_tests.ipynb"]["notes"]
     r = rows["ignores_interrupt.ipynb"]
     assert _scores(r) == {**FULL, "q3": 0.0}, r["notes"]
@@ -577,9 +594,9 @@ def test_points_list_weights_each_hidden_test(points, x, score):
     assert tf.possible == 4
 
 
-def test_in_place_changes_to_tensor_arguments_reach_the_test(tmp_path):
-    """Arguments cross as copies, but a tensor the notebook changes in place is changed in the test
-    too, so that a hidden test can check that a function leaves its input alone."""
+def test_in_place_changes_to_arguments_reach_the_test(tmp_path):
+    """Arguments cross as copies, but a tensor, list or dict the notebook changes in place is changed
+    in the test too, so that a hidden test can check that a function leaves its input alone."""
     import torch
     k = E.Kernel(tmp_path / "box")
     try:
@@ -595,6 +612,52 @@ def test_in_place_changes_to_tensor_arguments_reach_the_test(tmp_path):
         assert x.tolist() == [1.0, 1.0, 1.0] and y.tolist() == [3.0, 3.0]
         z = torch.zeros(2)
         assert remote.get("pure")(z).tolist() == [1.0, 1.0] and z.tolist() == [0.0, 0.0]
+        src = ("def sort_and_tag(ids, nested, meta):\n    ids[1:3] = [0]\n    nested[0].sort()\n"
+               "    nested[1].add_(1)\n    meta['seen'] = True\n    return len(ids)\n"
+               "def reads(ids, meta):\n    return sum(ids) + len(meta)\n")
+        assert k.execute(src, 60).status == "ok"
+        ids, spans, meta, t = [5, 6, 7, 8], [(4, 5), (1, 2)], {"n": 1}, torch.ones(2)
+        assert remote.get("sort_and_tag")(ids, [spans, t], meta=meta) == 3
+        assert ids == [5, 0, 8] and spans == [(1, 2), (4, 5)] and meta == {"n": 1, "seen": True}
+        assert t.tolist() == [2.0, 2.0]
+        ids, meta = [1, 2], {"n": 1}
+        assert remote.get("reads")(ids, meta) == 4 and ids == [1, 2] and meta == {"n": 1}
+    finally:
+        k.kill()
+
+
+def test_the_wire_module_reaches_the_sandbox_and_both_sides_speak_it(tmp_path):
+    """The setup cell ships wire.py with the kernel server into a real sandbox (where neither the
+    checkout nor the package is visible) without leaving names in the notebook; values of every kind
+    cross both ways; the server refuses a malformed request with a WireError, and the grader refuses
+    a malformed reply (a submission that replaced the server) with a RemoteError."""
+    import numpy as np
+    import torch
+    k = E.Kernel(tmp_path / "box")
+    try:
+        runner = "_grader_test"
+        names = "print(sorted(n for n in globals() if not n.startswith('_i') and n != '_'))"
+        before = k.execute(names, 20).stdout
+        assert k.execute(E._setup_cell(runner), 60).status == "ok"
+        after = k.execute(names, 20).stdout
+        assert set(eval(after)) - set(eval(before)) == {runner}, after
+        src = ("import torch, numpy as np\n"
+               "def echo(*a, **kw):\n    return a, kw\n"
+               "data = {'bf': torch.ones(2, dtype=torch.bfloat16), 'arr': np.arange(3), 'n': np.int64(5)}\n")
+        assert k.execute(src, 60).status == "ok"
+        remote = E.Remote(k, runner, 30, time.monotonic() + 60)
+        sent = ((torch.tensor([1.5], dtype=torch.bfloat16), np.ones((2, 2)), torch.int8, "s"), {"k": [None, 2.5]})
+        a, kw = remote.get("echo")(*sent[0], **sent[1])
+        assert a[0].dtype == torch.bfloat16 and a[0].item() == 1.5 and np.array_equal(a[1], np.ones((2, 2)))
+        assert a[2:] == (torch.int8, "s") and kw == {"k": [None, 2.5]}
+        data = remote.get("data")
+        assert data["bf"].dtype == torch.bfloat16 and data["arr"].tolist() == [0, 1, 2] and data["n"] == 5
+        r = k.execute(f"{runner}('@@N@@', '{{\"op\": \"get\"}}')", 20)
+        assert E.wire.read_reply(r.stdout, "@@N@@")["exc"] == ["WireError", "request 'get': missing field(s) name"]
+        # the submission replaces the server with one that answers garbage
+        k.execute(f"def {runner}(nonce, payload):\n    print(nonce + '{{\"value\": 1, \"score\": 100}}')", 20)
+        with pytest.raises(E.RemoteError, match="malformed answer: reply: unknown field 'score'"):
+            remote.get("data")
     finally:
         k.kill()
 
@@ -617,26 +680,25 @@ def test_grader_never_kills_its_own_pid_namespace():
 
 
 def test_kernel_server_answers_with_data_and_caps_its_answers(capsys):
-    """The kernel-side server (tools/grader/kernel_server.py) run in this process: a name comes back
-    as data, a function as a handle, and an answer over the limit as AnswerTooLarge."""
-    import base64
-    import json
+    """The kernel-side server (tools/grader/kernel_server.py) run in this process with the wire module:
+    a name comes back as data, a function as a handle, an answer over the limit as AnswerTooLarge,
+    and a malformed request as a WireError that says what is wrong."""
     import torch
-    from tools.grader import kernel_server
+    from tools.grader import kernel_server, wire
     ns = {"x": torch.arange(3.0), "f": lambda t: t * 2, "big": torch.zeros(1000)}
-    kernel_server._setup("run", ns, max_answer=1024)
+    kernel_server._setup("run", ns, wire, max_answer=1024)
 
-    def ask(req):
-        ns["run"]("@@N@@", json.dumps(req))
-        line = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("@@N@@")][-1]
-        return json.loads(line[len("@@N@@"):])
+    def ask(text):
+        ns["run"]("@@N@@", text)
+        return wire.read_reply(capsys.readouterr().out, "@@N@@")
 
-    x = ask({"op": "get", "name": "x"})["value"]["__t__"]
-    assert x[0] == "float32" and x[1] == [3]
-    h = ask({"op": "get", "name": "f"})["value"]["__h__"]
-    one = base64.b64encode(torch.tensor([1.5]).numpy().tobytes()).decode()
-    out = ask({"op": "call", "h": h, "args": [{"__t__": ["float32", [1], one, False]}], "kwargs": {"__dict__": []}})
-    assert out["value"]["__t__"][:2] == ["float32", [1]]
-    assert torch.frombuffer(bytearray(base64.b64decode(out["value"]["__t__"][2])), dtype=torch.float32).item() == 3.0
-    assert ask({"op": "get", "name": "big"})["exc"][0] == "AnswerTooLarge"
-    assert ask({"op": "nonsense"})["exc"][0] == "ValueError"
+    assert torch.equal(wire.decode(ask(wire.request("get", name="x"))["value"]), torch.arange(3.0))
+    assert ask(wire.request("get", name="nothing")) == {"missing": True}
+    f = ask(wire.request("get", name="f"))["value"]
+    assert f == {"__h__": 1, "type": "function"}
+    out = ask(wire.request("call", h=1, args=wire.encode([torch.tensor([1.5])]), kwargs=wire.encode({}), grad=False))
+    assert torch.equal(wire.decode(out["value"]), torch.tensor([3.0])) and "changed" not in out
+    assert ask(wire.request("get", name="big"))["exc"][0] == "AnswerTooLarge"
+    assert ask('{"op": "nonsense"}')["exc"] == ["WireError", "unknown request kind 'nonsense' (expected one of "
+                                                "get, call, getattr, getitem, iter, len, vjp)"]
+    assert ask(wire.request("len", h=99))["exc"] == ["WireError", "no object with handle 99"]

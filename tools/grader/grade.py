@@ -17,8 +17,9 @@ import nbformat
 
 from .masters import load_tests, test_file
 from .sandbox import reap_sandboxes, sandbox_argv
-from .kernel import Kernel, MAX_ANSWER, _sanitize, _setup_cell
+from .kernel import Kernel, _sanitize, _setup_cell
 from .remote import QuestionAborted, Remote, StudentNamespace, _short
+from .wire import MAX_ANSWER
 
 
 @dataclasses.dataclass
@@ -68,9 +69,11 @@ def question_score(tf, src: str) -> float:
     return float(tf.possible) * sum(1 for r in counted if r.passed) / len(counted)
 
 
-# Test files run one at a time: they share this process's global state (torch's default dtype,
-# transformers' patched initialisers, otter's output capture), and two test files of a BERT set
-# run at once in two threads made a correct solution fail (prove --jobs 2).
+# Test files are read, run and scored one at a time: they share this process's global state (torch's
+# default dtype, transformers' patched initialisers, otter's output capture), and two test files of a
+# BERT set run at once in two threads made a correct solution fail (prove --jobs 2). Reading a points
+# list (ast.parse) while a test parsed a notebook cell in another thread failed with CPython 3.11's
+# "SystemError: AST constructor recursion depth mismatch": ast.parse is not thread-safe there.
 _TESTS_LOCK = __import__("threading").Lock()
 
 
@@ -85,7 +88,8 @@ def grade_notebook(nb_path: Path, tests: dict[str, str], timeout: float = 60.0,
     ``pool``: a dict holding a kernel to reuse (``pool["kernel"]``) and to hand back afterwards.
     Only for trusted notebooks (``prove``): a reused kernel keeps imported modules.
     """
-    possible = {q: float(test_file(q, src).possible) for q, src in tests.items()}
+    with _TESTS_LOCK:   # see _TESTS_LOCK
+        possible = {q: float(test_file(q, src).possible) for q, src in tests.items()}
     grade = Grade(label or nb_path.name, {q: 0.0 for q in tests}, possible, [])
     notes = grade.notes
 
@@ -154,13 +158,14 @@ def grade_notebook(nb_path: Path, tests: dict[str, str], timeout: float = 60.0,
             for q, src in tests.items():
                 if kernel is None:
                     kernel = boot()
-                tf = test_file(q, src)     # a fresh parse: the test code runs here, in the grader
                 remote = Remote(kernel, runner, timeout, time.monotonic() + timeout)
-                try:
-                    with _TESTS_LOCK:   # see _TESTS_LOCK
+                with _TESTS_LOCK:   # see _TESTS_LOCK
+                    tf = test_file(q, src)     # a fresh parse: the test code runs here, in the grader
+                    try:
                         tf.run(StudentNamespace(remote, cells))
-                except QuestionAborted:
-                    pass
+                    except QuestionAborted:
+                        pass
+                    score = question_score(tf, src)
                 if remote.too_large:
                     note(f"{q}: an answer was larger than the limit of {MAX_ANSWER // 2**20} MB and was refused")
                 if remote.aborted:
@@ -171,7 +176,7 @@ def grade_notebook(nb_path: Path, tests: dict[str, str], timeout: float = 60.0,
                         kernel.kill()
                         kernel = None
                     continue
-                grade.scores[q] = question_score(tf, src)
+                grade.scores[q] = score
                 grade.results[q] = [(r.test_case.name, r.test_case.hidden, r.passed) for r in tf.test_case_results]
                 failed = [r for r in tf.test_case_results if not r.passed]
                 if failed:

@@ -15,6 +15,7 @@ from .sandbox import (
     SandboxUnavailable, _SANDBOXES, _SANDBOXES_LOCK, _children, _hold_ns, _pid_ns, _python_paths,
     _release_ns, processes_in_ns, sandbox_argv,
 )
+from .wire import MAX_MESSAGE
 
 
 @dataclasses.dataclass
@@ -77,7 +78,7 @@ class Kernel:
             raise SandboxUnavailable("the kernel did not start in a PID namespace of its own (bwrap failed?)")
         with _SANDBOXES_LOCK:
             _SANDBOXES.add(self.ns)
-        # the grader's own sockets refuse (drop) any message over MAX_MESSAGE: see MAX_ANSWER
+        # the grader's own sockets refuse (drop) any message over MAX_MESSAGE (see wire.py)
         import zmq
         self.ctx = zmq.Context()
         self.ctx.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE)
@@ -151,21 +152,17 @@ class Kernel:
                 _release_ns(self.ns)   # empty: nothing of it is left to reap
 
 
-# What may cross the boundary: one answer of the notebook holds at most MAX_ANSWER bytes of data
-# (tensors, arrays, strings; the kernel refuses larger ones and the grader notes it), and the
-# grader's sockets drop any message over MAX_MESSAGE (a submission that bypasses the kernel-side
-# check only loses its own answer), so that no submission can push the grader's memory up.
-MAX_ANSWER = 16 * 2**20
-
-
-MAX_MESSAGE = 4 * MAX_ANSWER
-
-
 def _setup_cell(runner: str) -> str:
-    """The kernel code that installs the RPC server under a random name (in a private namespace)."""
-    src = (Path(__file__).with_name("kernel_server.py").read_text(encoding="utf-8")
-           + f"\n_setup({runner!r}, NS, {MAX_ANSWER!r})\n")
-    return (f"exec(compile({src!r}, '<grader>', 'exec'), "
+    """The kernel code that installs the RPC server under a random name (in a private namespace):
+    wire.py's text becomes a module there, and kernel_server.py's ``_setup`` gets it."""
+    here = Path(__file__).parent
+    wire_src, server_src = ((here / f).read_text(encoding="utf-8") for f in ("wire.py", "kernel_server.py"))
+    boot = ("import types\n"
+            "wire = types.ModuleType('grader_wire')\n"
+            f"exec(compile({wire_src!r}, '<grader wire>', 'exec'), wire.__dict__)\n"
+            f"exec(compile({server_src!r}, '<grader kernel_server>', 'exec'))\n"
+            f"_setup({runner!r}, NS, wire)\n")
+    return (f"exec(compile({boot!r}, '<grader>', 'exec'), "
             "{'__builtins__': __import__('builtins'), 'NS': globals()})")
 
 

@@ -27,8 +27,12 @@ def wrong_answers(m: Master) -> dict[str, dict]:
     return data
 
 
-def make_variant(solution_nb: Path, info: MasterInfo, replace: dict[str, str], out: Path) -> None:
+def make_variant(solution_nb: Path, info: MasterInfo, replace: dict[str, str], out: Path) -> dict[str, int]:
+    """Write the solution notebook with the solution cells of each question in ``replace`` replaced by
+    one cell of the given code; -> question: the number of that cell among the code cells (from 1,
+    as the grader's notes count them)."""
     nb = nbformat.read(str(solution_nb), as_version=4)
+    first = {}
     for q, code in replace.items():
         ids = info.solution_cells.get(q)
         if not ids:
@@ -37,9 +41,12 @@ def make_variant(solution_nb: Path, info: MasterInfo, replace: dict[str, str], o
         if not positions:
             raise ValueError(f"cannot find the solution cell(s) of {q!r} in {solution_nb.name}")
         nb.cells[positions[0]].source = code.rstrip("\n")
+        first[q] = nb.cells[positions[0]].get("id")
         for i in reversed(positions[1:]):
             del nb.cells[i]
     nbformat.write(nb, str(out))
+    code = [c.get("id") for c in nb.cells if c.cell_type == "code"]
+    return {q: code.index(cid) + 1 for q, cid in first.items()}
 
 
 STUB = "stub"   # the reserved wrong-answer id of the stub (constants of the right shape, a wrong letter)
@@ -86,8 +93,12 @@ def check_expectation(g: Grade, expect) -> list[str]:
     if expect[0] == "zero on":
         scored = [q for q in expect[1] if g.scores.get(q, 0.0) != 0]
         return [f"scored on {', '.join(scored)}; expected 0 there"] if scored else []
-    _, questions, zero = expect
+    _, questions, zero, cells = (*expect, {})[:4]
     out = [] if 0.0 < g.percent < 100.0 else ["expected strictly between 0 and 100 %"]
+    if not zero:   # a wrong answer whose own code fails to run proves nothing about the tests
+        for q, n in sorted(cells.items()):
+            out += [f"its code for {q} fails when run ({note.split(': ', 1)[1]}); a wrong answer must run"
+                    for note in g.notes if note.startswith(f"cell {n}: ")]
     full = [q for q in questions if g.scores.get(q, 0.0) >= g.possible.get(q, 0.0)]
     if full:
         out.append(f"full marks on the question(s) it answers wrongly: {', '.join(full)}")
@@ -251,10 +262,12 @@ def prove(dist: Path = DIST, only: list[str] | None = None, timeout: float = 60.
             for n, (label, replace, expect) in enumerate(variants):
                 out = tmp / f"{m.chapter}__{m.name}__{wid}__{n}.ipynb"
                 try:
-                    make_variant(m.solution_nb(dist), info, replace, out)
+                    cells = make_variant(m.solution_nb(dist), info, replace, out)
                 except Exception as e:
                     fail(f"{label}: {e}")
                     continue
+                if expect[0] == "between":
+                    expect = (*expect, cells)
                 jobs_list.append((m, label, out, expect))
 
     def run_chunk(chunk):

@@ -13,7 +13,11 @@
   font's license, SIL OFL 1.1, reserves its name for the unmodified font) and written to
   ``_static/fonts/course-hangul-{400,700}.woff``; every page that shows Hangul preloads it.
   One small file per weight instead of a web font split into slices: Chromium did not redraw
-  text laid out before a later slice arrived, and drew it as empty boxes.
+  text laid out before a later slice arrived, and drew it as empty boxes. Code and outputs get
+  their own pair, cut to what the pages' ``<pre>`` and ``<code>`` hold: "Course Mono" (DejaVu Sans
+  Mono from matplotlib) and "Course Hangul Mono" (NanumGothic with each syllable centred in exactly
+  two Course Mono columns), so that a printed table padded by display width (``lib.viz.pad``)
+  lines up on the page whatever monospaced font the reader's machine has.
 * The comments that mark a cell for the output check (``# NBVAL_CHECK_OUTPUT``, read by
   tools/execute_chapters.py) are taken out of the code the page shows: they are for the test
   pass, not the reader. The notebooks keep them.
@@ -31,8 +35,9 @@
   site. A chapter's interactive widgets (chapter 04's chat box) need a live kernel: on the
   static page the widget manager (3.6 MB of script) drew a box that did nothing, so a page
   shows a sentence saying so instead, and loads no widget script.
-* Plots get alt text: a plot an executed cell drew is described by what its code names (titles,
-  axis labels), instead of the image's file path the page showed.
+* Plots get alt text: a plot an executed cell drew is described by its kind (line plot, heatmap,
+  bar chart) and what its code names (titles, axis labels; else the panel titles it loops over, or
+  what the ``lib.viz`` function it calls draws), instead of the image's file path the page showed.
 * ``{exercise-sets}``: the list of every graded exercise set, discovered from the master
   notebooks in exercises/ (the same discovery as tools/exercises.py), with what each
   covers, its chapter and the student notebook to download.
@@ -155,7 +160,8 @@ def _run_box(app: Sphinx, docname: str, seconds: float | None) -> nodes.containe
     need += nodes.literal(text=f"{docname}.ipynb")
     need += nodes.Text(" there. The notebook imports the course's ")
     need += nodes.literal(text="lib")
-    need += nodes.Text(" package and reads the repository's data, so a copy on its own does not run.")
+    need += nodes.Text(" package and reads the repository's data: a copy on its own stops at its first cell "
+                       "and says so. There are no Colab or Binder links for the same reason.")
     box += need
     if seconds is not None:
         recipe = {"ci": "the CI recipe, the default on a CPU", "full": "the full recipe"}.get(_recipe(), _recipe())
@@ -341,7 +347,6 @@ def _subset(src: Path, chars: set[str]):
     options.hinting = False          # browsers draw these unhinted anyway; the hints were half the file
     options.name_IDs = [0, 2, 5]     # copyright, style, version; the font's own names go (renamed below)
     options.name_languages = [0x409]
-    options.notdef_outline = True
     font = TTFont(str(src))
     subsetter = subset.Subsetter(options)
     subsetter.populate(text="".join(sorted(chars)))
@@ -421,7 +426,6 @@ def hangul_mono_font(chars: set[str]) -> bytes:
     options.hinting = False
     options.name_IDs = ["*"]
     options.name_languages = ["*"]
-    options.notdef_outline = True
     subsetter = subset.Subsetter(options)
     subsetter.populate(text="".join(sorted(chars)))
     subsetter.subset(font)

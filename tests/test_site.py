@@ -634,6 +634,15 @@ def test_math_is_typeset_in_a_chapter(server):
     pytest.fail("no chapter page contains math")
 
 
+def test_no_launch_links_to_services_where_a_chapter_does_not_run():
+    # A chapter needs the course's repository (its first cell says so elsewhere): a Colab or Binder
+    # button would open a notebook that stops at its first cell, so the pages offer none.
+    for page in chapter_pages():
+        html = page.read_text(encoding="utf-8")
+        links = re.findall(r'href="(https?://[^"]*(?:colab\.research\.google\.com|mybinder\.org|/binder/)[^"]*)"', html)
+        assert not links and "launch-buttons" not in html, f"{page.name} offers launch links: {links[:2]}"
+
+
 def test_every_bibliography_entry_links_to_its_paper():
     # Each entry of the bibliography page carries a link to the paper (arXiv, DOI) or, for reports,
     # corpora and programs, to where they are published (see UNLINKED_REFERENCES in test_tooling).

@@ -7,7 +7,10 @@ Importing this module registers the NanumGothic font that the ``koreanize-matplo
 wheel ships (without importing that package, which would restyle matplotlib) and sets
 ``font.family`` to ``["DejaVu Sans", "NanumGothic"]``: matplotlib then draws every glyph
 with the first font of the list that has it (Latin, digits and the minus sign from
-DejaVu Sans, Hangul from NanumGothic), so Korean and English labels mix freely.
+DejaVu Sans, Hangul from NanumGothic), so Korean and English labels mix freely. In a Jupyter
+kernel it also makes the figures pixel-doubled PNGs (:func:`setup_inline_figures`: sharp at the
+size the page shows them), and lets pandas pad its text tables by display width. Printed tables
+with Korean pad with :func:`pad` (a Hangul syllable takes two columns of a monospaced font).
 
 Every function returns the matplotlib ``Axes`` (or a string for HTML) and never calls
 ``plt.show()``; a notebook shows the figure of the last cell by itself.
@@ -18,6 +21,7 @@ import html
 import importlib.util
 import inspect
 import math
+import unicodedata
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -28,7 +32,8 @@ from matplotlib import font_manager
 
 __all__ = ["korean_font", "korean_font_path", "setup_fonts", "plot_history", "attention_heatmap",
            "plot_positional_encoding", "color_text_html", "show_html", "show_code", "SourceCode",
-           "attention_grid", "attention_explorer", "attention_explorer_data", "ATTENTION_KINDS"]
+           "attention_grid", "attention_explorer", "attention_explorer_data", "ATTENTION_KINDS",
+           "setup_inline_figures", "display_width", "pad", "setup_pandas"]
 
 KOREAN_FONT_NAME = "NanumGothic"
 LATIN_FONT_NAME = "DejaVu Sans"  # ships with matplotlib, so it is always there
@@ -89,6 +94,70 @@ try:
     setup_fonts()
 except RuntimeError as _e:  # never make `import lib.viz` fail over a font
     warnings.warn(f"Korean labels will not render: {_e}", RuntimeWarning, stacklevel=2)
+
+
+# ----------------------------------------------------------------------------- figures in a notebook
+
+INLINE_FIGURE_FORMATS = {"retina"}
+
+
+def setup_inline_figures() -> bool:
+    """In a Jupyter kernel: show figures as pixel-doubled PNGs ("retina": rendered at twice the
+    figure's dpi, shown at its size), so that a plot stays sharp on a high-density screen, when
+    zoomed, and wherever the page shrinks it to its column. Returns whether a kernel was found
+    (outside one, as in a script or a test, nothing changes). Called when ``lib.viz`` is imported,
+    before or after pyplot: the inline backend reads the setting when it starts, and applies a
+    change made later at once."""
+    try:
+        from IPython import get_ipython
+        from matplotlib_inline.config import InlineBackend
+    except ImportError:
+        return False
+    shell = get_ipython()
+    if shell is None or not hasattr(shell, "display_formatter"):
+        return False
+    InlineBackend.instance(parent=shell).figure_formats = set(INLINE_FIGURE_FORMATS)
+    return True
+
+
+setup_inline_figures()
+
+
+# ----------------------------------------------------------------------------- text tables
+
+def display_width(text: str) -> int:
+    """The columns ``text`` takes in a monospaced font: wide and full-width characters (Hangul,
+    CJK) take two, combining marks none, everything else one (Unicode's East Asian Width)."""
+    return sum(0 if unicodedata.combining(ch) else 2 if unicodedata.east_asian_width(ch) in "WF" else 1
+               for ch in str(text))
+
+
+def pad(text, width: int, align: str = "<") -> str:
+    """``text`` padded with spaces to ``width`` display columns (see :func:`display_width`), the
+    way ``f"{text:<{width}}"`` pads ASCII: ``align`` is ``"<"`` (left), ``">"`` (right) or ``"^"``.
+    A printed table with Korean in a column stays aligned: ``f"{pad(name, 16)} {score:.2f}"``.
+    Text wider than ``width`` is returned as it is."""
+    if align not in ("<", ">", "^"):
+        raise ValueError(f"align must be '<', '>' or '^', got {align!r}")
+    text = str(text)
+    room = max(0, width - display_width(text))
+    left = {"<": 0, ">": room, "^": room // 2}[align]
+    return " " * left + text + " " * (room - left)
+
+
+def setup_pandas() -> bool:
+    """Let pandas' text tables (``print(df)``, ``df.to_string()``) pad by display width too
+    (``display.unicode.east_asian_width``), so that columns holding Korean line up. Called when
+    ``lib.viz`` is imported; returns False where pandas is not installed."""
+    try:
+        import pandas as pd
+    except ImportError:
+        return False
+    pd.set_option("display.unicode.east_asian_width", True)
+    return True
+
+
+setup_pandas()
 
 
 # ----------------------------------------------------------------------------- helpers

@@ -13,11 +13,15 @@ request leaving 127.0.0.1. The browser is given only matplotlib's DejaVu fonts
 text is checked in rendered pixels and in the fonts the browser says it drew each element with.
 What a reader runs into is checked too: the sidebar buttons at 390, 1024 and 1280 px, code and
 outputs that keep their lines, nothing cut off without a scroll cue, one search box, each page
-once in the navigation, no test markers, alt text, and page weight and first paint on slow 4G
-(served gzip-compressed, as GitHub Pages serves it).
+once in the navigation, no test markers, alt text, plots sharp at the size they are shown (and in
+shape), printed tables with Korean in line, Korean words kept whole in tables on a phone, a link on
+every bibliography entry, glossary links that reach their sections in every chapter, and page
+weight and first paint on slow 4G (served gzip-compressed, as GitHub Pages serves it). Every test
+opens its pages through one helper (:func:`open_page`, :func:`opened`).
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import gzip
 import http.server
@@ -157,29 +161,56 @@ def browser(tmp_path_factory):
         chromium.close()
 
 
+def open_page(browser, url: str, width: int = 1280, height: int = 900, before=None, timeout: float = 30_000):
+    """``(context, page)``: ``url`` loaded in a fresh browser profile (a first visit) with a window
+    ``width`` x ``height``, once its requests are done and its fonts have loaded. ``before(context, page)``
+    runs before the page is requested (to listen, route or throttle). The caller closes the context."""
+    context = browser.new_context(viewport={"width": width, "height": height})
+    try:
+        page = context.new_page()
+        if before is not None:
+            before(context, page)
+        page.goto(url, wait_until="load", timeout=timeout)
+        page.wait_for_load_state("networkidle", timeout=timeout)
+        page.evaluate("document.fonts.ready.then(() => true)")
+    except BaseException:
+        context.close()
+        raise
+    return context, page
+
+
+@contextlib.contextmanager
+def opened(browser, url: str, **how):
+    """:func:`open_page` for one test: the page, its profile closed afterwards."""
+    context, page = open_page(browser, url, **how)
+    try:
+        yield page
+    finally:
+        context.close()
+
+
 class Visit:
     """One page loaded in a fresh browser profile, with everything that went wrong."""
 
     def __init__(self, browser, server: str, path: str):
         self.problems: list[str] = []
-        self.context = browser.new_context(viewport={"width": 1280, "height": 900})
-        self.context.route("**/*", self._route)
-        self.page = page = self.context.new_page()
-        page.on("pageerror", lambda e: self.problems.append(f"uncaught exception: {e}"))
-        page.on("console", lambda m: m.type == "error" and self.problems.append(
-            f"console error: {m.text} (at {m.location.get('url')})"))
-        page.on("response", lambda r: r.status >= 400 and self.problems.append(f"HTTP {r.status}: {r.url}"))
-        page.on("requestfailed", lambda r: urlsplit(r.url).hostname == "127.0.0.1" and self.problems.append(
-            f"request failed: {r.url} ({r.failure})"))
-        page.goto(f"{server}/{path}", wait_until="load")
-        page.wait_for_load_state("networkidle")
-        page.evaluate("document.fonts.ready.then(() => true)")
+        self.context, self.page = open_page(browser, f"{server}/{path}", before=self._listen)
+        page = self.page
         # The icon a browser shows in the tab: requested after the page, so asked for here.
         icon = page.evaluate("""() => { const link = document.querySelector('link[rel~="icon"]');
             return link ? link.href : new URL('/favicon.ico', location.href).href; }""")
         status = self.context.request.get(icon).status
         if status >= 400:
             self.problems.append(f"HTTP {status}: {icon} (the page's icon)")
+
+    def _listen(self, context, page) -> None:
+        context.route("**/*", self._route)
+        page.on("pageerror", lambda e: self.problems.append(f"uncaught exception: {e}"))
+        page.on("console", lambda m: m.type == "error" and self.problems.append(
+            f"console error: {m.text} (at {m.location.get('url')})"))
+        page.on("response", lambda r: r.status >= 400 and self.problems.append(f"HTTP {r.status}: {r.url}"))
+        page.on("requestfailed", lambda r: urlsplit(r.url).hostname == "127.0.0.1" and self.problems.append(
+            f"request failed: {r.url} ({r.failure})"))
 
     def _route(self, route):
         url = route.request.url
@@ -279,19 +310,10 @@ _OVERFLOWS = """() => {
 @pytest.mark.parametrize("width", [1280, 390])
 @pytest.mark.parametrize("path", [f"chapters/{p.name}" for p in chapter_pages()])
 def test_nothing_is_cut_off_and_what_scrolls_shows_it(browser, server, visit, path, width):
-    if width == 1280:
-        page, context = visit(path).page, None
-    else:
-        context = browser.new_context(viewport={"width": width, "height": 900})
-        page = context.new_page()
-        page.goto(f"{server}/{path}", wait_until="load")
-        page.wait_for_load_state("networkidle")
-    try:
+    with (contextlib.nullcontext(visit(path).page) if width == 1280 else
+          opened(browser, f"{server}/{path}", width=width)) as page:
         _settled(page)
         found = page.evaluate(_OVERFLOWS)
-    finally:
-        if context is not None:
-            context.close()
     assert not found["cut"], f"{path} at {width} px cuts off content:\n  " + "\n  ".join(found["cut"][:6])
     assert not found["uncued"], f"{path} at {width} px scrolls sideways without a cue:\n  " + \
         "\n  ".join(found["uncued"][:6])
@@ -418,20 +440,13 @@ def test_every_korean_word_on_every_page_is_drawn_with_the_web_font(browser, ser
     wrong, seen = [], 0
     for path in pages:
         for _ in range(3):
-            context = browser.new_context(viewport={"width": width, "height": 900})
-            try:
-                page = context.new_page()
-                cdp = context.new_cdp_session(page)
+            with opened(browser, f"{server}/{path}", width=width) as page:
+                cdp = page.context.new_cdp_session(page)
                 cdp.send("DOM.enable")
                 cdp.send("CSS.enable")
-                page.goto(f"{server}/{path}", wait_until="load")
-                page.wait_for_load_state("networkidle")
-                page.evaluate("document.fonts.ready.then(() => true)")
                 n, bad = hangul_drawn_without_a_web_font(page, cdp)
                 seen += n
                 wrong += [f"{path}: {b}" for b in bad]
-            finally:
-                context.close()
     assert seen, "no element with Korean text was found"
     assert not wrong, f"{len(wrong)} elements draw Hangul as boxes at {width} px, e.g.\n  " + "\n  ".join(wrong[:8])
 
@@ -455,11 +470,7 @@ def test_sidebar_buttons_open_and_close_the_sidebars(browser, server, width):
     # (secondary). Each button a reader can see opens its sidebar when it is hidden, or hides
     # it when it is shown, and a second click (or Escape, for a sidebar opened over the page)
     # brings the page back. On a phone they are the only way to the contents.
-    context = browser.new_context(viewport={"width": width, "height": 900})
-    try:
-        page = context.new_page()
-        page.goto(f"{server}/chapters/03_transformer.html", wait_until="load")
-        page.wait_for_load_state("networkidle")
+    with opened(browser, f"{server}/chapters/03_transformer.html", width=width) as page:
         tried = []
         for side in ("primary", "secondary"):
             button = page.locator(f".bd-header-article button.{side}-toggle")
@@ -480,8 +491,6 @@ def test_sidebar_buttons_open_and_close_the_sidebars(browser, server, width):
             tried.append(side)
         want = ["primary"] if width >= 1200 else ["primary", "secondary"]
         assert tried == want, f"at {width} px the buttons a reader can use are {tried}, not {want}"
-    finally:
-        context.close()
 
 
 def _article(page_html: str) -> str:
@@ -509,19 +518,13 @@ def test_every_page_is_listed_once_in_the_navigation():
 
 @pytest.mark.parametrize("width", [390, 1280])
 def test_one_search_box(browser, server, width):
-    context = browser.new_context(viewport={"width": width, "height": 900})
-    try:
-        page = context.new_page()
-        page.goto(f"{server}/chapters/03_transformer.html", wait_until="load")
-        page.wait_for_load_state("networkidle")
+    with opened(browser, f"{server}/chapters/03_transformer.html", width=width) as page:
         boxes = page.evaluate("""() => Array.from(document.querySelectorAll(
                 'input[type="search"], .search-button, .search-button-field, form.bd-search'))
             .filter(el => { const r = el.getBoundingClientRect(); return r.width > 0 && r.height > 0
                 && getComputedStyle(el).visibility !== 'hidden' && !el.closest('dialog:not([open])'); })
             .filter((el, _, all) => !all.some(other => other !== el && other.contains(el)))
             .map(el => el.outerHTML.slice(0, 80))""")
-    finally:
-        context.close()
     assert len(boxes) == 1, f"at {width} px the page shows {len(boxes)} search boxes: {boxes}"
 
 
@@ -537,25 +540,68 @@ FIRST_PAINT_BUDGET_S = 4.0         # first contentful paint on slow 4G
 def test_page_weight_and_first_paint_on_slow_4g(browser, gzip_server, path):
     # Every request of a first visit, as the published site serves it (gzip), and the first
     # contentful paint with the network throttled to slow 4G.
-    context = browser.new_context(viewport={"width": 390, "height": 844})
-    try:
-        page = context.new_page()
-        sizes: dict[str, int] = {}
+    sizes: dict[str, int] = {}
+
+    def slow_4g(context, page):
         page.on("response", lambda r: sizes.__setitem__(r.url, int(r.headers.get("content-length") or 0)))
         cdp = context.new_cdp_session(page)
         cdp.send("Network.enable")
         cdp.send("Network.emulateNetworkConditions", SLOW_4G)
-        page.goto(f"{gzip_server}/{path}", wait_until="load", timeout=120_000)
-        page.wait_for_load_state("networkidle", timeout=120_000)
+
+    with opened(browser, f"{gzip_server}/{path}", width=390, height=844, before=slow_4g, timeout=120_000) as page:
         paint = page.evaluate("""() => { const p = performance.getEntriesByName('first-contentful-paint')[0];
                                          return p ? p.startTime / 1000 : null; }""")
-    finally:
-        context.close()
     total = sum(sizes.values())
     heaviest = sorted(sizes.items(), key=lambda kv: -kv[1])[:3]
     assert total <= PAGE_BUDGET_BYTES, f"{path} transfers {total / 1e6:.2f} MB: heaviest {heaviest}"
     assert paint is not None and paint <= FIRST_PAINT_BUDGET_S, \
         f"{path}: first paint after {paint} s on slow 4G (budget {FIRST_PAINT_BUDGET_S} s); heaviest {heaviest}"
+
+
+# A plot's PNG has at least this many pixels per CSS pixel of the size the page shows it at: sharp on
+# a high-density screen (a phone's or a laptop's, devicePixelRatio 2) and when a reader zooms in.
+SHARP_PIXELS_PER_CSS_PX = 1.9
+# On a desktop (1280 px) a plot is shown at no less than this share of the size it asks for (its
+# figure size at 100 px per inch): its 10-point labels at least 8 px high. A phone shrinks more; the
+# pixel-doubled PNG keeps them sharp when the reader zooms.
+DESKTOP_SHARE_OF_ASKED = 0.6
+
+_PLOTS = """() => Array.from(document.querySelectorAll('.bd-article .cell_output img'))
+    .filter(img => img.getBoundingClientRect().width > 0)
+    .map(img => { const r = img.getBoundingClientRect();
+        return {src: img.getAttribute('src').split('/').pop(), natural: [img.naturalWidth, img.naturalHeight],
+                shown: [r.width, r.height],
+                asked: parseFloat(img.style.width) || Number(img.getAttribute('width')) || img.naturalWidth}; })"""
+
+
+def plots_as_shown(page) -> list[dict]:
+    """Every plot the page shows: its PNG's size, the size it is drawn at, the width it asks for."""
+    page.wait_for_function("""() => Array.from(document.querySelectorAll('.bd-article .cell_output img'))
+        .every(img => img.complete)""")
+    return page.evaluate(_PLOTS)
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+@pytest.mark.parametrize("path", [f"chapters/{p.name}" for p in chapter_pages()])
+def test_plots_are_sharp_at_the_size_the_page_shows_them(browser, server, visit, path, width):
+    # Each plot, as the page draws it at this width: enough pixels for a high-density screen, and
+    # its shape kept where the column is narrower than the plot.
+    with (contextlib.nullcontext(visit(path).page) if width == 1280 else
+          opened(browser, f"{server}/{path}", width=width)) as page:
+        plots = plots_as_shown(page)
+    assert plots, f"{path} shows no plot"
+    blurred = [f"{p['src'][:12]}: {p['natural'][0]} px drawn {p['shown'][0]:.0f} px wide" for p in plots
+               if p["natural"][0] < SHARP_PIXELS_PER_CSS_PX * p["shown"][0]]
+    assert not blurred, f"{path} at {width} px: {len(blurred)} of {len(plots)} plots have fewer than " \
+                        f"{SHARP_PIXELS_PER_CSS_PX} pixels per CSS pixel, e.g. {blurred[:3]}"
+    if width == 1280:
+        small = [f"{p['src'][:12]}: {p['shown'][0]:.0f} of {p['asked']} px" for p in plots
+                 if p["shown"][0] < DESKTOP_SHARE_OF_ASKED * p["asked"]]
+        assert not small, f"{path}: plots shrunk below {DESKTOP_SHARE_OF_ASKED:.0%} of their size, their " \
+                          f"labels too small to read: {small}"
+    squashed = [p["src"][:12] for p in plots
+                if abs(p["shown"][1] / p["shown"][0] - p["natural"][1] / p["natural"][0]) > 0.02 * p["natural"][1] / p["natural"][0]]
+    assert not squashed, f"{path} at {width} px draws plots out of shape: {squashed}"
 
 
 def test_every_plot_has_alt_text():
@@ -586,6 +632,102 @@ def test_math_is_typeset_in_a_chapter(server):
             assert "<mjx-container" in dom, f"MathJax did not typeset {page.name}"
             return
     pytest.fail("no chapter page contains math")
+
+
+def test_no_launch_links_to_services_where_a_chapter_does_not_run():
+    # A chapter needs the course's repository (its first cell says so elsewhere): a Colab or Binder
+    # button would open a notebook that stops at its first cell, so the pages offer none.
+    for page in chapter_pages():
+        html = page.read_text(encoding="utf-8")
+        links = re.findall(r'href="(https?://[^"]*(?:colab\.research\.google\.com|mybinder\.org|/binder/)[^"]*)"', html)
+        assert not links and "launch-buttons" not in html, f"{page.name} offers launch links: {links[:2]}"
+
+
+def test_every_bibliography_entry_links_to_its_paper():
+    # Each entry of the bibliography page carries a link to the paper (arXiv, DOI) or, for reports,
+    # corpora and programs, to where they are published (see UNLINKED_REFERENCES in test_tooling).
+    article = _article((HTML / "bibliography.html").read_text(encoding="utf-8"))
+    entries = re.split(r'<div class="citation"', article)[1:]
+    assert len(entries) >= 50, f"the bibliography shows {len(entries)} entries"
+    unlinked = [re.sub(r"<[^>]+>", "", e)[:80].strip() for e in entries
+                if not re.search(r'<a class="[^"]*\breference external\b[^"]*" href="https?://(?!127\.)', e)]
+    assert not unlinked, f"{len(unlinked)} of {len(entries)} bibliography entries link to nothing, e.g. {unlinked[:3]}"
+
+
+def test_the_glossary_links_every_chapter_at_its_sections():
+    # The glossary covers all the chapters, and each term links to a section its chapter has.
+    article = _article((HTML / "glossary.html").read_text(encoding="utf-8"))
+    links = re.findall(r'href="(chapters/[^"#]+\.html)(?:#([^"]*))?"', article)
+    linked = {page for page, _ in links}
+    missing = [p.name for p in chapter_pages() if f"chapters/{p.name}" not in linked]
+    assert not missing, f"the glossary has no term of {missing}"
+    dead = sorted({f"{page}#{anchor}" for page, anchor in links
+                   if anchor and f'id="{anchor}"' not in (HTML / page).read_text(encoding="utf-8")})
+    assert not dead, f"glossary links to sections that do not exist: {dead}"
+
+
+_BROKEN_KOREAN_WORDS = f"""() => {{
+    const re = /[^\\s\\-/]*{HANGUL}+[^\\s\\-/]*/g, broken = [];   // a word, or the part of one between hyphens
+    for (const cell of document.querySelectorAll('.bd-article td, .bd-article th')) {{
+        const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+        for (let node; (node = walker.nextNode()); ) {{
+            for (const m of node.data.matchAll(re)) {{
+                const r = document.createRange();
+                r.setStart(node, m.index);
+                r.setEnd(node, m.index + m[0].length);
+                const lines = new Set(Array.from(r.getClientRects()).filter(b => b.width > 0).map(b => Math.round(b.top)));
+                if (lines.size > 1) broken.push(m[0]);
+            }}
+        }}
+    }}
+    return broken;
+}}"""
+
+
+def test_korean_words_are_not_broken_in_tables_on_a_phone(browser, server):
+    # The glossary's Korean column on a 390 px screen: a Korean line breaks between words, never
+    # between the syllables of one (word-break: keep-all), as in the chapters' results tables.
+    with opened(browser, f"{server}/glossary.html", width=390) as page:
+        broken = page.evaluate(_BROKEN_KOREAN_WORDS)
+    assert not broken, f"{len(broken)} Korean words are broken across lines in tables, e.g. {broken[:5]}"
+
+
+_COLUMN_OF = """(needle) => {
+    // the x position of every ' -> ' in the output that contains the needle, one per line
+    const pre = Array.from(document.querySelectorAll('.bd-article .cell_output pre'))
+        .find(p => p.textContent.includes(needle));
+    if (!pre) return null;
+    const xs = [];
+    const walker = document.createTreeWalker(pre, NodeFilter.SHOW_TEXT);
+    for (let node; (node = walker.nextNode()); ) {
+        for (let i = node.data.indexOf(' -> '); i >= 0; i = node.data.indexOf(' -> ', i + 1)) {
+            const r = document.createRange();
+            r.setStart(node, i + 1);
+            r.setEnd(node, i + 3);
+            xs.push(r.getBoundingClientRect().left);
+        }
+    }
+    return xs;
+}"""
+
+
+def test_printed_tables_with_korean_line_up(visit):
+    # Chapter 11 prints its three tasks as a two-column table whose first column holds Korean on one
+    # line: the arrows between the columns stand in one column on the page. And in any output, two
+    # Hangul syllables are exactly as wide as four Latin characters (the padding lib.viz.pad counts).
+    page = visit("chapters/11_t5.html").page
+    _settled(page)
+    xs = page.evaluate(_COLUMN_OF, "nsmc sentiment")
+    assert xs and len(xs) == 3, f"chapter 11's task table was not found: {xs}"
+    assert max(xs) - min(xs) < 1, f"the columns of chapter 11's printed table do not line up: arrows at {xs}"
+    widths = page.evaluate("""() => {
+        const pre = document.querySelector('.bd-article .cell_output pre');
+        const measure = text => { const span = document.createElement('span'); span.textContent = text;
+            pre.append(span); const w = span.getBoundingClientRect().width; span.remove(); return w; };
+        return [measure('영화정말'), measure('abcdefgh')];
+    }""")
+    assert abs(widths[0] - widths[1]) < 0.5, f"four Hangul syllables are {widths[0]:.1f} px wide, eight Latin " \
+                                             f"characters {widths[1]:.1f} px, in an output"
 
 
 def test_every_script_and_stylesheet_is_served_by_the_site():

@@ -1,9 +1,11 @@
-"""The "Run this chapter yourself" box of book/_ext/course_site.py, in both settings of
-``course_repository``: a small Sphinx project (one chapter notebook, the course's extension)
-built twice, without and with the repository's address."""
+"""How a reader runs a chapter. The "Run this chapter yourself" box of book/_ext/course_site.py, in
+both settings of ``course_repository``: a small Sphinx project (one chapter notebook, the course's
+extension) built twice, without and with the repository's address. And a chapter notebook run
+outside the repository (no ``lib``) stops at its first cell with one message saying what it needs."""
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 import nbformat
@@ -60,3 +62,16 @@ def test_every_chapter_opens_with_the_box_once_the_repository_is_set(tmp_path):
     assert f"{CHAPTER}.ipynb" in names and exercises and exercises <= names, names
     assert html.index("course-run-box") < html.index("Some prose"), "the box is not under the title"
     assert f'href="{url}"' in html[html.index("From the root of"):], "the index does not name the repository"
+
+
+@pytest.mark.parametrize("chapter", sorted((ROOT / "chapters").glob("*.ipynb")), ids=lambda p: p.stem)
+def test_a_chapter_run_outside_the_repository_says_what_it_needs(chapter, monkeypatch):
+    # A downloaded notebook in a Python without the course's package: its first cell raises one
+    # error that names the repository and its setup command, not "No module named 'lib'".
+    first = next(c for c in nbformat.read(chapter, as_version=4).cells if c.cell_type == "code")
+    monkeypatch.setitem(sys.modules, "lib", None)        # `import lib` fails as where it is not installed
+    with pytest.raises(ModuleNotFoundError) as missing:
+        exec(compile(first.source, chapter.name, "exec"), {})
+    message = str(missing.value)
+    assert "repository" in message and "bash tools/setup.sh" in message, message
+    assert missing.value.__cause__ is None and missing.value.__suppress_context__, "two chained tracebacks"

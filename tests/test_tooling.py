@@ -98,6 +98,30 @@ def test_every_paper_in_the_bibliography_has_author_title_and_year():
             assert not missing, f"{key}: missing {', '.join(missing)}"
 
 
+# Entries with no identifier a reader could follow, each with the reason (none at present: every
+# paper has its arXiv number or DOI, every report, corpus and program its address).
+UNLINKED_REFERENCES: dict[str, str] = {}
+
+
+def test_every_reference_links_to_the_paper():
+    # A reader of the bibliography can open each paper: an arXiv number (eprint), a DOI or an
+    # address (url), which the bibliography style renders as a link (the site test checks that).
+    from pybtex.database import parse_file
+
+    entries = parse_file(str(ROOT / "references.bib")).entries
+    unlinked = sorted(k for k, e in entries.items() if not {"eprint", "doi", "url"} & {f.lower() for f in e.fields})
+    assert unlinked == sorted(UNLINKED_REFERENCES), f"entries without a link: {sorted(set(unlinked) - set(UNLINKED_REFERENCES))}"
+    for key, entry in entries.items():
+        fields = {f.lower(): v for f, v in entry.fields.items()}
+        if "eprint" in fields:
+            assert re.fullmatch(r"\d{4}\.\d{4,5}", fields["eprint"]), f"{key}: eprint {fields['eprint']!r} is not an arXiv number"
+            assert fields.get("archiveprefix", "").lower() == "arxiv", f"{key}: eprint without archiveprefix = {{arXiv}}"
+        if "doi" in fields:
+            assert re.fullmatch(r"10\.\d{4,9}/\S+", fields["doi"]), f"{key}: {fields['doi']!r} is not a DOI"
+        if "url" in fields:
+            assert re.fullmatch(r"https?://\S+", fields["url"]), f"{key}: {fields['url']!r} is not an address"
+
+
 def test_every_citation_in_the_book_is_in_the_bibliography():
     from pybtex.database import parse_file
 
@@ -107,6 +131,22 @@ def test_every_citation_in_the_book_is_in_the_bibliography():
         for group in re.findall(r"\{cite(?::[a-z]+)?\}`([^`]+)`", src.read_text(encoding="utf-8")):
             for key in group.split(","):
                 assert key.strip() in keys, f"{src.name} cites {key.strip()!r}, not in references.bib"
+
+
+def test_the_glossary_covers_every_chapter_in_both_languages():
+    # Each chapter's key terms, in English and Korean, with a link to where the chapter defines
+    # them (the site test checks that every link's section exists).
+    rows = [r for r in (ROOT / "glossary.md").read_text(encoding="utf-8").splitlines()
+            if r.startswith("| ") and "](chapters/" in r]
+    per_chapter: dict[str, int] = {}
+    for r in rows:
+        english, korean, where = (c.strip() for c in r.strip("|").split("|"))
+        assert english and re.search("[\uac00-\ud7a3]", korean), f"a glossary row without its Korean term: {r}"
+        chapter = re.search(r"\]\(chapters/([^.#)]+)\.ipynb", where).group(1)
+        per_chapter[chapter] = per_chapter.get(chapter, 0) + 1
+    chapters = sorted(p.stem for p in (ROOT / "chapters").glob("*.ipynb"))
+    thin = {c: per_chapter.get(c, 0) for c in chapters if per_chapter.get(c, 0) < 3}
+    assert not thin, f"chapters with fewer than three glossary terms: {thin}"
 
 
 def test_chapters_are_committed_without_stray_outputs():

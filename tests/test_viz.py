@@ -1,5 +1,6 @@
 """lib.viz: Korean font fallback, heatmaps, curves, positional encodings, HTML highlighting."""
 import html as html_lib
+import os
 import re
 import sys
 import warnings
@@ -293,3 +294,79 @@ def test_show_code_rejects_objects_without_source(obj):
         viz.show_code(obj)
     with pytest.raises(TypeError, match="at least one"):
         viz.show_code()
+
+
+# ----------------------------------------------------------------------------- figures in a notebook
+
+_KERNEL_FIGURE = r"""
+import json
+from IPython.core.interactiveshell import InteractiveShell
+shell = InteractiveShell.instance()
+%s
+import matplotlib.pyplot as plt
+%s
+fig, ax = plt.subplots(figsize=(4, 2))
+ax.plot([0, 1], [1, 0])
+data, meta = shell.display_formatter.format(fig)
+from PIL import Image
+import io
+import base64
+png = data["image/png"]
+png = Image.open(io.BytesIO(base64.b64decode(png) if isinstance(png, str) else png))
+print(json.dumps({"pixels": list(png.size), "shown": meta.get("image/png", {})}))
+"""
+
+
+@pytest.mark.parametrize("order", ["viz before pyplot", "viz after pyplot"])
+def test_a_kernel_shows_figures_pixel_doubled_at_their_size(order):
+    # In a kernel the inline backend turns a figure into a PNG. After `import lib.viz` (imported
+    # before or after pyplot), that PNG has twice the pixels of the figure's size and tells the
+    # page to show it at that size: sharp when the page shrinks it, zooms, or on a dense screen.
+    import json
+    import subprocess
+
+    before = order == "viz before pyplot"
+    code = _KERNEL_FIGURE % ("from lib import viz" if before else "", "" if before else "from lib import viz")
+    env = {**os.environ, "MPLBACKEND": "module://matplotlib_inline.backend_inline"}   # as ipykernel sets it
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=Path(__file__).resolve().parents[1], env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    dpi = matplotlib.rcParams["figure.dpi"]
+    width, height = got["pixels"]
+    assert got["shown"].get("width") == width // 2 and got["shown"].get("height") == height // 2, got
+    assert width >= 2 * 4 * dpi * 0.9, f"{width} px for a 4-inch figure at {dpi} dpi: not pixel-doubled"
+
+
+def test_setup_inline_figures_outside_a_kernel_changes_nothing():
+    assert viz.setup_inline_figures() is False
+
+
+# ----------------------------------------------------------------------------- text tables
+
+def test_display_width_counts_hangul_as_two_columns():
+    assert viz.display_width("abc") == 3
+    assert viz.display_width("영화") == 4
+    assert viz.display_width("12시 땡!") == 8
+    assert viz.display_width("e\u0301") == 1          # a combining accent takes no column
+
+
+def test_pad_aligns_korean_columns_like_ascii():
+    rows = [("영화 정말 [MASK]", "좋다 0.31"), ("a movie", "good 0.20"), ("[MASK] 최고의 영화", "이 0.12")]
+    lines = [f"{viz.pad(a, 20)} {b}" for a, b in rows]
+    # the second column starts at the same display column on every line
+    assert {viz.display_width(line[:line.rindex(b)]) for line, (_, b) in zip(lines, rows)} == {21}
+    assert viz.pad("가", 5, ">") == "   가" and viz.pad("가", 6, "^") == "  가  " and viz.pad("ab", 5, "^") == f"{'ab':^5}"
+    assert viz.pad("너무 긴 텍스트", 4) == "너무 긴 텍스트"
+    # ASCII pads exactly as str.format does
+    assert viz.pad("abc", 7) == f"{'abc':<7}" and viz.pad("abc", 7, ">") == f"{'abc':>7}"
+    with pytest.raises(ValueError, match="align"):
+        viz.pad("x", 3, "=")
+
+
+def test_pandas_text_tables_pad_korean_by_display_width():
+    import pandas as pd
+
+    text = pd.DataFrame({"question": ["12시 땡!", "hello"], "n": [1, 22]}).to_string(index=False)
+    lines = text.splitlines()
+    assert len({viz.display_width(line) for line in lines}) == 1, text

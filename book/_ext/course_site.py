@@ -13,7 +13,11 @@
   font's license, SIL OFL 1.1, reserves its name for the unmodified font) and written to
   ``_static/fonts/course-hangul-{400,700}.woff``; every page that shows Hangul preloads it.
   One small file per weight instead of a web font split into slices: Chromium did not redraw
-  text laid out before a later slice arrived, and drew it as empty boxes.
+  text laid out before a later slice arrived, and drew it as empty boxes. Code and outputs get
+  their own pair, cut to what the pages' ``<pre>`` and ``<code>`` hold: "Course Mono" (DejaVu Sans
+  Mono from matplotlib) and "Course Hangul Mono" (NanumGothic with each syllable centred in exactly
+  two Course Mono columns), so that a printed table padded by display width (``lib.viz.pad``)
+  lines up on the page whatever monospaced font the reader's machine has.
 * The comments that mark a cell for the output check (``# NBVAL_CHECK_OUTPUT``, read by
   tools/execute_chapters.py) are taken out of the code the page shows: they are for the test
   pass, not the reader. The notebooks keep them.
@@ -31,8 +35,9 @@
   site. A chapter's interactive widgets (chapter 04's chat box) need a live kernel: on the
   static page the widget manager (3.6 MB of script) drew a box that did nothing, so a page
   shows a sentence saying so instead, and loads no widget script.
-* Plots get alt text: a plot an executed cell drew is described by what its code names (titles,
-  axis labels), instead of the image's file path the page showed.
+* Plots get alt text: a plot an executed cell drew is described by its kind (line plot, heatmap,
+  bar chart) and what its code names (titles, axis labels; else the panel titles it loops over, or
+  what the ``lib.viz`` function it calls draws), instead of the image's file path the page showed.
 * ``{exercise-sets}``: the list of every graded exercise set, discovered from the master
   notebooks in exercises/ (the same discovery as tools/exercises.py), with what each
   covers, its chapter and the student notebook to download.
@@ -155,7 +160,8 @@ def _run_box(app: Sphinx, docname: str, seconds: float | None) -> nodes.containe
     need += nodes.literal(text=f"{docname}.ipynb")
     need += nodes.Text(" there. The notebook imports the course's ")
     need += nodes.literal(text="lib")
-    need += nodes.Text(" package and reads the repository's data, so a copy on its own does not run.")
+    need += nodes.Text(" package and reads the repository's data: a copy on its own stops at its first cell "
+                       "and says so. There are no Colab or Binder links for the same reason.")
     box += need
     if seconds is not None:
         recipe = {"ci": "the CI recipe, the default on a CPU", "full": "the full recipe"}.get(_recipe(), _recipe())
@@ -201,19 +207,38 @@ def _add_run_box(app: Sphinx, doctree: nodes.document) -> None:
 # ----------------------------------------------------------------------------- alt text of plots
 
 _LABEL_CALL = re.compile(r"""(?:set_title|suptitle|title|set_xlabel|xlabel|set_ylabel|ylabel)\s*[(=]\s*f?(["'])(.+?)\1""")
+_STRING = re.compile(r"""(?<![\w.])f?(["'])([^"'\n]{6,}?)\1""")
+# What the course's plotting functions draw, for a cell that names no title of its own.
+_LIB_PLOTS = {"attention_heatmap": "attention weights, queries down and keys across",
+              "attention_grid": "the attention weights of every head",
+              "plot_history": "training curves", "transfer.plot": "accuracy against the number of labelled examples",
+              "plot_positional_encoding": "a positional encoding, positions down and dimensions across"}
+_KINDS = (("heatmap", r"imshow|matshow|pcolormesh|attention_heatmap|attention_grid|plot_positional_encoding"),
+          ("bar chart", r"\.barh?\("), ("scatter plot", r"\.scatter\("),
+          ("line plot", r"\.plot\(|plot_history|\.semilogy\(|\.loglog\(|\.step\("))
 
 
 def describe_plot(code: str) -> str:
-    """Alt text for the figures a cell's code draws: its titles and axis labels, as written there
-    (an f-string's fields shown as "…")."""
+    """Alt text for the figures a cell's code draws: the kind of plot and its titles and axis labels, as
+    written there (an f-string's fields shown as "…"); without any, the strings it draws in a loop (panel
+    titles in a tuple) or what the course's plotting function it calls shows."""
+    def clean(text: str) -> str:
+        return re.sub(r"\{[^{}]*\}", "…", text).replace("$", "").strip()
+
     labels: list[str] = []
     for _, text in _LABEL_CALL.findall(code):
-        text = re.sub(r"\{[^{}]*\}", "…", text).replace("$", "").strip()
-        if text and text not in labels:
+        text = clean(text)
+        if re.search(r"\w", text.replace("…", "")) and text not in labels:
             labels.append(text)
+    if not labels and re.search(r"\bfor\b[^\n]*\bzip\(", code):
+        labels = [clean(t) for _, t in _STRING.findall(code) if " " in t and not t.startswith(("%", "#"))][:4]
     if not labels:
-        return "A plot drawn by the code cell above."
-    return "A plot drawn by the code cell above: " + "; ".join(labels[:8]) + "."
+        labels = [what for name, what in _LIB_PLOTS.items() if re.search(rf"\b{re.escape(name)}\(", code)]
+    kinds = [kind for kind, pattern in _KINDS if re.search(pattern, code)]
+    kind = {0: "A plot", 1: f"A {kinds[0]}" if kinds else "A plot"}.get(len(kinds), "Plots")
+    if not labels:
+        return f"{kind} drawn by the code cell above."
+    return f"{kind} drawn by the code cell above: " + "; ".join(labels[:8]) + "."
 
 
 def _alt_text_for_plots(app: Sphinx, doctree: nodes.document) -> None:
@@ -260,12 +285,20 @@ def _drop_fontawesome_script(app: Sphinx, exception) -> None:
         path.unlink()
 
 
-# ----------------------------------------------------------------------------- Korean web font
+# ----------------------------------------------------------------------------- the site's fonts
 
 HANGUL_RANGES = ((0x1100, 0x11FF), (0x3130, 0x318F), (0xA960, 0xA97F), (0xAC00, 0xD7A3), (0xD7B0, 0xD7FF))
 HANGUL = re.compile("[" + "".join(f"\\u{a:04x}-\\u{b:04x}" for a, b in HANGUL_RANGES) + "]")
 HANGUL_FAMILY = "Course Hangul"
 HANGUL_FONTS = {400: "NanumGothic.ttf", 700: "NanumGothicBold.ttf"}   # weight: file in koreanize-matplotlib
+# Code and outputs: a monospaced font the site serves (a reader's own differ in width: Consolas is
+# narrower than Menlo), and Hangul exactly two of its columns wide, so that a printed table padded by
+# display width (lib.viz.pad, pandas) lines up as it does in a terminal.
+MONO_FAMILY = "Course Mono"
+MONO_FONT = "DejaVuSansMono.ttf"                  # in matplotlib's data, as the plots' DejaVu Sans
+HANGUL_MONO_FAMILY = "Course Hangul Mono"
+MONO_ALWAYS = {chr(c) for c in range(0x20, 0x7F)}   # printable ASCII, whatever the pages hold
+CODE = re.compile(r"<(pre|code)\b[^>]*>(.*?)</\1>", re.S)
 
 
 def hangul_font_path(weight: int) -> str:
@@ -273,10 +306,19 @@ def hangul_font_path(weight: int) -> str:
     return f"_static/fonts/course-hangul-{weight}.woff"
 
 
+MONO_FONT_PATH = "_static/fonts/course-mono-400.woff"
+HANGUL_MONO_FONT_PATH = "_static/fonts/course-hangul-mono-400.woff"
+
+
 def hangul_in(text: str) -> set[str]:
     """The Hangul characters of an HTML or JS text, also where written as entities or \\u escapes."""
     text = re.sub(r"\\u([0-9a-fA-F]{4})", lambda m: chr(int(m.group(1), 16)), html.unescape(text))
     return set(HANGUL.findall(text))
+
+
+def code_text_in(page_html: str) -> str:
+    """The text of a page's code blocks, outputs and inline code (what the monospaced font draws)."""
+    return "".join(html.unescape(re.sub(r"<[^>]+>", "", body)) for _, body in CODE.findall(page_html))
 
 
 def _nanum(name: str) -> Path:
@@ -290,14 +332,19 @@ def _nanum(name: str) -> Path:
     return path
 
 
-def subset_hangul_font(src: Path, chars: set[str], weight: int) -> bytes:
-    """A WOFF font with only ``chars`` of ``src``, named HANGUL_FAMILY (copyright and version kept)."""
+def _dejavu_mono() -> Path:
+    import matplotlib
+
+    return Path(matplotlib.get_data_path()) / "fonts" / "ttf" / MONO_FONT
+
+
+def _subset(src: Path, chars: set[str]):
+    """``src`` cut to ``chars`` (unhinted, only the copyright, style and version names kept)."""
     from fontTools import subset
     from fontTools.ttLib import TTFont
 
     options = subset.Options()
-    options.flavor = "woff"          # zlib: brotli (WOFF2) is not installed, and the file is small
-    options.hinting = False          # browsers draw Hangul unhinted anyway; the hints were half the file
+    options.hinting = False          # browsers draw these unhinted anyway; the hints were half the file
     options.name_IDs = [0, 2, 5]     # copyright, style, version; the font's own names go (renamed below)
     options.name_languages = [0x409]
     font = TTFont(str(src))
@@ -309,10 +356,16 @@ def subset_hangul_font(src: Path, chars: set[str], weight: int) -> bytes:
         subsetter.subset(font)
     finally:
         logging.getLogger("fontTools").setLevel(level)
+    return font
+
+
+def _woff(font, family: str, weight: int) -> bytes:
+    """The font renamed ``family`` (the licenses reserve the original names for unmodified fonts), as WOFF
+    (zlib: brotli, for WOFF2, is not installed, and the files are small)."""
     style = "Bold" if weight >= 600 else "Regular"
     name = font["name"]
-    for name_id, value in ((1, HANGUL_FAMILY), (4, f"{HANGUL_FAMILY} {style}"),
-                           (6, f"{HANGUL_FAMILY.replace(' ', '')}-{style}"), (16, HANGUL_FAMILY), (17, style)):
+    for name_id, value in ((1, family), (4, f"{family} {style}"), (6, f"{family.replace(' ', '')}-{style}"),
+                           (16, family), (17, style)):
         name.setName(value, name_id, 3, 1, 0x409)
     out = io.BytesIO()
     font.flavor = "woff"
@@ -320,12 +373,78 @@ def subset_hangul_font(src: Path, chars: set[str], weight: int) -> bytes:
     return out.getvalue()
 
 
+def subset_hangul_font(src: Path, chars: set[str], weight: int) -> bytes:
+    """A WOFF font with only ``chars`` of ``src``, named HANGUL_FAMILY (copyright and version kept)."""
+    return _woff(_subset(src, chars), HANGUL_FAMILY, weight)
+
+
+def mono_advance_em() -> float:
+    """The width of one column of Course Mono, in em."""
+    from fontTools.ttLib import TTFont
+
+    font = TTFont(str(_dejavu_mono()))
+    return font["hmtx"][font.getBestCmap()[ord("0")]][0] / font["head"].unitsPerEm
+
+
+def widen_to_columns(font, chars: set[str], columns: int, column_em: float) -> None:
+    """Give every glyph of ``chars`` the advance of ``columns`` monospaced columns of ``column_em`` em
+    each, its outline centred in it (a composite glyph is first drawn out into one outline, so that
+    glyphs sharing a part are each moved once)."""
+    from fontTools.pens.recordingPen import DecomposingRecordingPen
+    from fontTools.pens.transformPen import TransformPen
+    from fontTools.pens.ttGlyphPen import TTGlyphPen
+
+    upm = font["head"].unitsPerEm
+    advance = round(columns * column_em * upm)
+    cmap, glyf, hmtx = font.getBestCmap(), font["glyf"], font["hmtx"]
+    glyph_set = font.getGlyphSet()
+    names = sorted({cmap[ord(c)] for c in chars if ord(c) in cmap})
+    outlines = {}
+    for name in names:
+        recording = DecomposingRecordingPen(glyph_set)
+        glyph_set[name].draw(recording)
+        outlines[name] = recording
+    for name in names:
+        shift = (advance - hmtx[name][0]) / 2
+        pen = TTGlyphPen(None)
+        outlines[name].replay(TransformPen(pen, (1, 0, 0, 1, shift, 0)))
+        glyph = pen.glyph()
+        glyph.recalcBounds(glyf)
+        glyf[name] = glyph
+        hmtx[name] = (advance, getattr(glyph, "xMin", 0))
+    font["hhea"].advanceWidthMax = max(font["hhea"].advanceWidthMax, advance)
+
+
+def hangul_mono_font(chars: set[str]) -> bytes:
+    """NanumGothic cut to ``chars``, each two columns of Course Mono wide, named HANGUL_MONO_FAMILY."""
+    from fontTools import subset
+
+    font = _subset(_nanum(HANGUL_FONTS[400]), chars)
+    widen_to_columns(font, chars, 2, mono_advance_em())
+    # the parts the composite glyphs were made of are no longer referenced: cut again
+    options = subset.Options()
+    options.hinting = False
+    options.name_IDs = ["*"]
+    options.name_languages = ["*"]
+    subsetter = subset.Subsetter(options)
+    subsetter.populate(text="".join(sorted(chars)))
+    subsetter.subset(font)
+    return _woff(font, HANGUL_MONO_FAMILY, 400)
+
+
+def mono_font(chars: set[str]) -> bytes:
+    """DejaVu Sans Mono cut to ``chars`` (and printable ASCII), named MONO_FAMILY."""
+    return _woff(_subset(_dejavu_mono(), chars | MONO_ALWAYS), MONO_FAMILY, 400)
+
+
 def _hangul_shown(context: dict) -> bool:
     return any(HANGUL.search(str(context.get(key) or "")) for key in ("body", "title", "toc", "display_toc"))
 
 
-def _preload_hangul_font(app: Sphinx, pagename: str, templatename: str, context: dict, doctree) -> None:
-    """Pages that show Hangul (and the search page, whose results may) ask for the font first."""
+def _preload_fonts(app: Sphinx, pagename: str, templatename: str, context: dict, doctree) -> None:
+    """Pages that show Hangul (and the search page, whose results may) ask for the Korean font first.
+    The code fonts are not preloaded: they would compete with the stylesheets for the first paint
+    (chapter 08 on slow 4G: 4.1 s with them), and a browser asks for them when it lays out code."""
     if app.builder.format != "html" or not (pagename == "search" or _hangul_shown(context)):
         return
     links = "".join(f'<link rel="preload" href="{context["pathto"](hangul_font_path(w), 1)}" as="font" '
@@ -333,28 +452,43 @@ def _preload_hangul_font(app: Sphinx, pagename: str, templatename: str, context:
     context["metatags"] = context.get("metatags", "") + links
 
 
-def _write_hangul_fonts(app: Sphinx, exception) -> None:
-    """After the build: the Korean font, cut to the Hangul of every page and search source."""
+def _write(target: Path, data: bytes) -> None:
+    tmp = target.with_name(target.name + ".tmp")
+    tmp.write_bytes(data)
+    tmp.replace(target)
+
+
+def _write_fonts(app: Sphinx, exception) -> None:
+    """After the build: the Korean font, cut to the Hangul of every page and search source, and the
+    monospaced fonts, cut to what the pages' code and outputs show."""
     if exception is not None or app.builder.format != "html":
         return
     out = Path(app.outdir)
     chars: set[str] = set()
+    code: set[str] = set()
     for path in [*out.rglob("*.html"), *out.glob("_sources/**/*.txt"), *out.glob("_sources/**/*.ipynb"),
                  out / "searchindex.js"]:
         if path.is_file():
-            chars |= hangul_in(path.read_text(encoding="utf-8", errors="replace"))
+            text = path.read_text(encoding="utf-8", errors="replace")
+            chars |= hangul_in(text)
+            if path.suffix == ".html":
+                code |= set(code_text_in(text))
+    code_hangul = {c for c in code if HANGUL.match(c)}
     fonts = out / "_static" / "fonts"
     fonts.mkdir(parents=True, exist_ok=True)
     for weight, name in HANGUL_FONTS.items():
-        data = subset_hangul_font(_nanum(name), chars or {"\uac00"}, weight)
-        target = out / hangul_font_path(weight)
-        tmp = target.with_name(target.name + ".tmp")
-        tmp.write_bytes(data)
-        tmp.replace(target)
+        _write(out / hangul_font_path(weight), subset_hangul_font(_nanum(name), chars or {"\uac00"}, weight))
+    _write(out / MONO_FONT_PATH, mono_font({c for c in code if c.isprintable() and not HANGUL.match(c)}))
+    _write(out / HANGUL_MONO_FONT_PATH, hangul_mono_font(code_hangul or {"\uac00"}))
     (fonts / "course-hangul.txt").write_text(
         f"{HANGUL_FAMILY}: NanumGothic (regular, bold) (c) NHN Corporation (NAVER), SIL Open Font License 1.1,\n"
         "as shipped by the koreanize-matplotlib wheel, cut by the course's build to the Hangul this site shows\n"
-        f"({len(chars)} characters) and renamed, as the license requires of a modified font.\n", encoding="utf-8")
+        f"({len(chars)} characters) and renamed, as the license requires of a modified font.\n"
+        f"{HANGUL_MONO_FAMILY}: the same NanumGothic (regular), cut to the Hangul of the site's code and outputs\n"
+        f"({len(code_hangul)} characters), each glyph centred in two columns of {MONO_FAMILY}, and renamed.\n"
+        f"{MONO_FAMILY}: DejaVu Sans Mono (Bitstream Vera license, DejaVu changes in the public domain), as\n"
+        "shipped by matplotlib, cut to the characters of the site's code and outputs and renamed, as the\n"
+        "license requires of a modified font.\n", encoding="utf-8")
 
 
 def _exercises_tool():
@@ -432,8 +566,8 @@ def setup(app: Sphinx) -> dict:
     app.connect("builder-inited", _one_name_for_inline_scripts, priority=1)
     app.add_directive("exercise-sets", ExerciseSets)
     app.connect("html-page-context", _search_page_math)
-    app.connect("html-page-context", _preload_hangul_font)
-    app.connect("build-finished", _write_hangul_fonts)
+    app.connect("html-page-context", _preload_fonts)
+    app.connect("build-finished", _write_fonts)
     app.connect("build-finished", _drop_fontawesome_script)
     app.connect("html-page-context", _static_widgets, priority=900)   # after myst-nb added its scripts
     app.connect("doctree-read", _hide_test_markers)

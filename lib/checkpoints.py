@@ -52,7 +52,7 @@ from typing import Any, Callable, Mapping
 import torch
 from torch import nn
 
-from lib.io import atomic_write, sha256 as file_sha256
+from lib.io import atomic_write, folder_from_env, sha256 as file_sha256
 
 __all__ = ["CheckpointError", "CHECKPOINT_DIR", "MIRROR_ENV", "BUDGET_BYTES", "REGISTRY_FILE", "FileEntry",
            "CheckpointInfo", "Checkpoint", "registry", "info", "path", "load", "load_state", "save_weights",
@@ -212,13 +212,7 @@ def register(entry: CheckpointInfo, root: str | os.PathLike | None = None,
 # ----------------------------------------------------------------------------- finding and checking files
 
 def _mirror() -> Path | None:
-    value = os.environ.get(MIRROR_ENV, "").strip()
-    if not value:
-        return None
-    mirror = Path(value).expanduser()
-    if not mirror.is_dir():
-        raise CheckpointError(f"{MIRROR_ENV}={value!r} is not a folder: point it at a copy of checkpoints/ or unset it")
-    return mirror
+    return folder_from_env(MIRROR_ENV, CheckpointError, ": point it at a copy of checkpoints/ or unset it")
 
 
 def path(name: str, key: str = "weights", root: str | os.PathLike | None = None) -> Path:

@@ -34,6 +34,7 @@ import functools
 import os
 import platform
 import random
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -207,8 +208,6 @@ def precision(device: torch.device | str, model: torch.nn.Module | None = None) 
 def model_width(model: torch.nn.Module) -> int:
     """The width of a model's matrix products: the most common input size of its ``nn.Linear``
     layers and recurrent layers (the larger on a tie), e.g. ``n_embd`` for GPT; 0 without any."""
-    from collections import Counter
-
     sizes = Counter()
     for m in model.modules():
         if isinstance(m, torch.nn.Linear):

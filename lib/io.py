@@ -7,7 +7,7 @@ import os
 import tempfile
 from pathlib import Path
 
-__all__ = ["atomic_write", "sha256"]
+__all__ = ["atomic_write", "sha256", "folder_from_env"]
 
 
 @contextlib.contextmanager
@@ -44,3 +44,15 @@ def sha256(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
         while block := f.read(chunk):
             h.update(block)
     return h.hexdigest()
+
+
+def folder_from_env(name: str, error: type[Exception], hint: str) -> Path | None:
+    """The folder named by environment variable ``name``, or None when it is unset or empty;
+    ``error`` (with ``hint`` on what to point it at) when it names something that is not a folder."""
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return None
+    folder = Path(value).expanduser()
+    if not folder.is_dir():
+        raise error(f"{name}={value!r} is not a folder{hint}")
+    return folder

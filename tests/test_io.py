@@ -44,3 +44,22 @@ def test_sha256_matches_hashlib(tmp_path):
     data = os.urandom(3_000_000)
     (tmp_path / "blob").write_bytes(data)
     assert sha256(tmp_path / "blob") == hashlib.sha256(data).hexdigest()
+
+
+def test_folder_from_env_serves_the_data_and_checkpoint_mirrors(tmp_path, monkeypatch):
+    import pytest
+
+    from lib import checkpoints
+    from lib.data import files
+    from lib.io import folder_from_env
+    monkeypatch.delenv("SOME_FOLDER", raising=False)
+    assert folder_from_env("SOME_FOLDER", ValueError, "") is None
+    monkeypatch.setenv("SOME_FOLDER", str(tmp_path))
+    assert folder_from_env("SOME_FOLDER", ValueError, "") == tmp_path
+    missing = str(tmp_path / "nowhere")
+    monkeypatch.setenv(files.MIRROR_ENV, missing)
+    with pytest.raises(files.DataError, match=r"is not a folder\. Point it at the course's shared data folder"):
+        files.mirror_dir()
+    monkeypatch.setenv(checkpoints.MIRROR_ENV, missing)
+    with pytest.raises(checkpoints.CheckpointError, match="is not a folder: point it at a copy of checkpoints/"):
+        checkpoints._mirror()

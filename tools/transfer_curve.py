@@ -49,7 +49,6 @@ CURVES = {
     "nsmc-ko-bert": dict(chapter="08_bert_nsmc", task="nsmc", model="ko-bert", recipe=finetune.nsmc_curve_recipe),
 }
 CHAPTER, TASK, MODEL = "08_bert_transfer", "imdb", "minilm"     # the default curve
-FINE_TUNE_DROPOUT = {"dropout": 0.1, "attention_dropout": 0.1}
 
 
 def recipe(mode: str | None = None, curve: str = "imdb-minilm"):
@@ -92,12 +91,7 @@ def load_encoder(bundle: Path | None, curve: str = "imdb-minilm", checkpoint: st
     """(encoder, tokenizer) of the curve: MiniLM, or a course checkpoint (``checkpoint``, default the
     curve's model) with its shipped tokenizer (the ``tokenizers.Tokenizer`` inside it)."""
     if curve == "nsmc-ko-bert":
-        from lib import checkpoints
-        name = checkpoint or CURVES[curve]["model"]
-        # pretrained without dropout (it underfits its corpus); fine-tuned with BERT's 0.1
-        config = {**checkpoints.info(name).config, **FINE_TUNE_DROPOUT}
-        ckpt = checkpoints.load(name, config=config)
-        return ckpt.model.bert.eval(), ckpt.tokenizer.hf
+        return finetune.checkpoint_encoder(checkpoint or CURVES[curve]["model"])
     return load_minilm(bundle)
 
 

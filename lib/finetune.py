@@ -302,7 +302,7 @@ def nsmc_curve_recipe(mode: str | None = None):
         ci=dict(sizes=[100], seeds=[0], lrs={"pretrained": [3e-4], "random": [1e-3]}, val_size=100,
                 test_size=400, max_len=64, head=40, batch_size=16, epochs=4, min_steps=50, head_lr=1e-3,
                 emergence_sizes=[], all_labels=None),
-        full=dict(sizes=[100, 300, 1000, 3000], seeds=[0, 1, 2],
+        full=dict(sizes=[100, 300, 1000], seeds=[0, 1, 2],
                   lrs={"pretrained": [1e-4, 3e-4, 1e-3], "random": [3e-4, 1e-3, 3e-3]}, val_size=500,
                   test_size=5000, max_len=64, head=40, batch_size=16, epochs=4, min_steps=50, head_lr=1e-3,
                   emergence_sizes=[100, 1000], all_labels=None),

@@ -155,23 +155,50 @@ def _key(t: dict) -> tuple:
     return t.get("checkpoint"), t["init"], t["labels"], t["seed"], t["lr"]
 
 
+def _wanted(t: dict, only: set[str] | None) -> bool:
+    """Whether trial ``t`` is one of ``only``: its ``init`` (``random``, ``pretrained``: the curve's
+    model) or the snapshot it starts from (``ko-bert@3M``); None: every trial."""
+    if only is None:
+        return True
+    return (t["init"] in only and t.get("checkpoint") is None) or t.get("checkpoint") in only
+
+
 def run_trials(hp, dev, bundle=None, shard=(0, 1), log=print, file: Path | None = None,
-               curve: str = "imdb-minilm") -> list[dict]:
-    """The fine-tuning runs of shard ``i`` of ``k`` (round-robin over the list, largest first).
-    With ``file``, the runs already in it are kept and skipped, and the file is rewritten after
-    every run: an interrupted shard continues where it stopped."""
-    encoder, tok = load_encoder(bundle, curve)
-    data = curve_data(hp, bundle, tok, curve)
-    trials = all_trials(hp, curve)[shard[0]::shard[1]]
+               curve: str = "imdb-minilm", only: set[str] | None = None) -> list[dict]:
+    """The fine-tuning runs of shard ``i`` of ``k`` (round-robin over the list, largest first), or of
+    those only that ``only`` names (see :func:`_wanted`). With ``file``, the runs already in it are
+    kept and skipped, and the file is rewritten after every run: an interrupted shard continues
+    where it stopped. A checkpoint is loaded when a run needs it, so the random-weight runs and a
+    snapshot's runs can start while its pretraining is still going (every snapshot ships the same
+    tokenizer and configuration)."""
+    trials = [t for t in all_trials(hp, curve)[shard[0]::shard[1]] if _wanted(t, only)]
     out = json.loads(file.read_text()) if file is not None and file.is_file() else []
     done = {_key(r) for r in out}
     todo = [t for t in trials if _key(t) not in done]
-    encoders = {None: encoder}
+    if not todo:
+        return out
+    if curve == "imdb-minilm":
+        encoder, tok = load_encoder(bundle, curve)
+        encoders = {None: encoder}
+    else:
+        from lib import checkpoints
+        model = CURVES[curve]["model"]
+        present = [n for n in (model, *snapshots(model)) if n in checkpoints.registry()]
+        if not present:
+            raise SystemExit(f"no checkpoint {model!r} or snapshot of it is registered: pretrain it first")
+        encoders = {}
+        first, tok = load_encoder(bundle, curve, present[0])
+        encoders[present[0] if present[0] != model else None] = first
+    data = curve_data(hp, bundle, tok, curve)
     for i, t in enumerate(todo):
         name = t["checkpoint"]
-        if name not in encoders:
-            encoders[name] = load_encoder(bundle, curve, name)[0]
-        (result,) = finetune.run_trials(hp, data, encoders[name], [t], dev)
+        if t["init"] == "random" and encoders:          # only its configuration is used
+            encoder = next(iter(encoders.values()))
+        else:
+            if name not in encoders:
+                encoders[name] = load_encoder(bundle, curve, name)[0]
+            encoder = encoders[name]
+        (result,) = finetune.run_trials(hp, data, encoder, [t], dev)
         out.append(result)
         log(f"[{len(done) + i + 1}/{len(trials)}] {json.dumps(result)}")
         if file is not None:
@@ -256,6 +283,8 @@ def main(argv=None) -> int:
     ap.add_argument("--shard", default="0/1", help="i/k: run every k-th trial starting at i (trials)")
     ap.add_argument("--bundle", type=Path, default=None, help="read data and weights from a bundle folder")
     ap.add_argument("--record", action="store_true", help="merge: record in results/ (with the recipe's mode)")
+    ap.add_argument("--only", default=None,
+                    help="trials: only these, comma-separated: random, pretrained, or a snapshot's name (ko-bert@3M)")
     args = ap.parse_args(argv)
     curve = args.curve
     if args.out is None:
@@ -275,7 +304,9 @@ def main(argv=None) -> int:
     except (ValueError, AssertionError):
         ap.error(f"--shard must be i/k with 0 <= i < k, got {args.shard!r}")
     if args.command == "trials":
-        run_trials(hp, dev, args.bundle, (i, k), file=args.out / f"trials-{i}-of-{k}.json", curve=curve)
+        only = set(args.only.split(",")) if args.only else None
+        tag = f"-{args.only.replace(',', '+').replace('@', '_')}" if args.only else ""
+        run_trials(hp, dev, args.bundle, (i, k), file=args.out / f"trials-{i}-of-{k}{tag}.json", curve=curve, only=only)
     elif args.command == "baselines":
         rows, chosen = run_baselines(hp, dev, args.bundle, curve)
         _write(args.out / "baselines.json", {"rows": rows, "chosen": chosen})
@@ -292,7 +323,7 @@ def main(argv=None) -> int:
             files = sorted(glob.glob(str(args.out / "trials-*-of-*.json")))
             if not files:
                 ap.error(f"no trials-*.json in {args.out}: run the trials first")
-            trials = [t for f in files for t in json.loads(Path(f).read_text())]
+            trials = list({_key(t): t for f in files for t in json.loads(Path(f).read_text())}.values())
             b = json.loads((args.out / "baselines.json").read_text())
             base = (b["rows"], b["chosen"])
             al = args.out / "all_labels.json"

@@ -31,7 +31,8 @@ from lib.validate import check_float, check_int
 
 __all__ = ["clean_review", "balanced_sample", "split_validation", "head_tail", "encode_reviews", "pad",
            "classifier", "fine_tune", "predict", "accuracy", "frozen_features", "tfidf_features",
-           "logistic_regression", "steps_for", "FINE_TUNE_DROPOUT", "checkpoint_encoder", "imdb_curve_recipe", "nsmc_curve_recipe", "curve_trials", "CurveData", "run_trial",
+           "logistic_regression", "steps_for", "FINE_TUNE_DROPOUT", "checkpoint_encoder", "imdb_curve_recipe", "nsmc_curve_recipe", "imdb_gpt_curve_recipe", "SPECIAL",
+           "class_logits", "curve_trials", "CurveData", "run_trial",
            "run_trials", "select_by_validation", "baseline_rows", "curve_metrics", "run_curve"]
 
 
@@ -89,16 +90,23 @@ def head_tail(ids: Sequence[int], max_len: int, head: int, cls_id: int, sep_id: 
     return [cls_id, *ids, sep_id]
 
 
-def encode_reviews(tokenizer, rows: Sequence[dict], max_len: int, head: int) -> list[list[int]]:
-    """Each row's ``text`` as WordPiece ids cut head+tail to ``max_len`` (with ``[CLS]``/``[SEP]``),
-    with a ``tokenizers.Tokenizer`` such as ``lib.models.bert.minilm_tokenizer()``."""
+#: the tokens around a review, by model family: BERT reads ``[CLS] review [SEP]``; GPT-1's
+#: classifier reads ``[BOS] review [CLS]`` and classifies from the final state of that last token
+SPECIAL = {"bert": ("[CLS]", "[SEP]"), "gpt": ("[BOS]", "[CLS]")}
+
+
+def encode_reviews(tokenizer, rows: Sequence[dict], max_len: int, head: int,
+                   special: tuple[str, str] = SPECIAL["bert"]) -> list[list[int]]:
+    """Each row's ``text`` as subword ids cut head+tail to ``max_len``, between the two ``special``
+    tokens (BERT's ``[CLS]``/``[SEP]`` by default), with a ``tokenizers.Tokenizer`` such as
+    ``lib.models.bert.minilm_tokenizer()`` or a course checkpoint's."""
     tokenizer.no_truncation()
     tokenizer.no_padding()
-    cls_id, sep_id = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
-    if cls_id is None or sep_id is None:
-        raise ValueError("the tokenizer has no [CLS] or [SEP] token: it is not a BERT WordPiece tokenizer")
+    first, last = (tokenizer.token_to_id(t) for t in special)
+    if first is None or last is None:
+        raise ValueError(f"the tokenizer has no {special[0]} or {special[1]} token")
     encs = tokenizer.encode_batch([clean_review(r["text"]) for r in rows], add_special_tokens=False)
-    return [head_tail(e.ids, max_len, head, cls_id, sep_id) for e in encs]
+    return [head_tail(e.ids, max_len, head, first, last) for e in encs]
 
 
 def pad(seqs: Sequence[Sequence[int]], pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -118,14 +126,27 @@ def _by_length(seqs: Sequence[Sequence[int]], batch_size: int, device):
         yield idx, x.to(device), keep.to(device)
 
 
+def _is_gpt(model) -> bool:
+    from lib.models.gpt import GPT, GPTClassifier, GPTConfig
+    return isinstance(model, (GPT, GPTClassifier, GPTConfig))
+
+
 def classifier(pretrained=None, cfg=None, num_labels: int = 2, seed: int = 0):
     """A ``BertForSequenceClassification`` on the mean of the last states: the encoder's weights
     copied from ``pretrained`` (a ``BertModel``), or, with ``pretrained=None``, the same
-    architecture ``cfg`` from random initialisation (BERT's N(0, 0.02)), seeded with ``seed``."""
+    architecture ``cfg`` from random initialisation (BERT's N(0, 0.02)), seeded with ``seed``.
+    A ``GPT`` (or a ``GPTConfig``) gives GPT-1's ``GPTClassifier`` instead: a linear layer on the
+    final state of the last token, and the language-model head kept for the auxiliary loss."""
     from lib.models import bert as B
     if (pretrained is None) == (cfg is None):
         raise ValueError("give exactly one of pretrained (a BertModel) or cfg (a BertConfig for random weights)")
     torch.manual_seed(seed)
+    if _is_gpt(pretrained if pretrained is not None else cfg):
+        from lib.models.gpt import GPT, GPTClassifier
+        gpt = GPT(pretrained.cfg if pretrained is not None else cfg)
+        if pretrained is not None:
+            gpt.load_state_dict(pretrained.state_dict())
+        return GPTClassifier(gpt, num_classes=num_labels)
     model = B.BertForSequenceClassification(pretrained.cfg if pretrained is not None else cfg,
                                             num_labels=num_labels, pooling="mean")
     if pretrained is not None:
@@ -140,16 +161,22 @@ FINE_TUNE_DROPOUT = {"dropout": 0.1, "attention_dropout": 0.1}
 
 
 def checkpoint_encoder(name: str, dropout: dict | None = None):
-    """(encoder, tokenizer) of the course's BERT checkpoint ``name`` (``lib.checkpoints``, e.g.
-    ``"ko-bert"`` or a snapshot ``"ko-bert@3M"``): its ``BertModel`` in eval mode, built with the
-    dropout rates for fine-tuning (``dropout``, default :data:`FINE_TUNE_DROPOUT`), and the
-    ``tokenizers.Tokenizer`` it was pretrained with, for :func:`encode_reviews`."""
+    """(encoder, tokenizer) of the course's checkpoint ``name`` (``lib.checkpoints``, e.g.
+    ``"ko-bert"``, a snapshot ``"ko-bert@3M"``, or ``"gpt-imdb"``): its ``BertModel`` (or, for a
+    GPT, the whole ``GPT``) in eval mode, built with the dropout rates for fine-tuning
+    (``dropout``, default :data:`FINE_TUNE_DROPOUT`), and the ``tokenizers.Tokenizer`` it was
+    pretrained with, for :func:`encode_reviews`."""
     from lib import checkpoints
     entry = checkpoints.info(name)
-    if entry.kind != "bert-mlm":
-        raise ValueError(f"checkpoint {name!r} is a {entry.kind} model, not a BERT encoder")
-    ckpt = checkpoints.load(name, config={**entry.config, **(FINE_TUNE_DROPOUT if dropout is None else dropout)})
-    return ckpt.model.bert.eval(), ckpt.tokenizer.hf
+    if entry.kind == "gpt-lm":
+        rates = {"dropout": (FINE_TUNE_DROPOUT if dropout is None else dropout)["dropout"]}
+    elif entry.kind == "bert-mlm":
+        rates = FINE_TUNE_DROPOUT if dropout is None else dropout
+    else:
+        raise ValueError(f"checkpoint {name!r} is a {entry.kind} model, neither a BERT nor a GPT")
+    ckpt = checkpoints.load(name, config={**entry.config, **rates})
+    model = ckpt.model if entry.kind == "gpt-lm" else ckpt.model.bert
+    return model.eval(), ckpt.tokenizer.hf
 
 
 def steps_for(n: int, epochs: float, batch_size: int, min_steps: int) -> int:
@@ -158,19 +185,35 @@ def steps_for(n: int, epochs: float, batch_size: int, min_steps: int) -> int:
     return max(min_steps, math.ceil(epochs * n / batch_size))
 
 
+def class_logits(model, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """The class scores of a classifier from :func:`classifier` for padded ``x`` and ``keep``."""
+    return model(x, keep.bool())[0] if _is_gpt(model) else model(x, None, keep)
+
+
+def _lm_loss(model, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """GPT-1's auxiliary loss L1: next-token cross-entropy over the real tokens of each input."""
+    lm_logits = model(x, keep.bool())[1]
+    target = x[:, 1:].masked_fill(~keep[:, 1:].bool(), -100)
+    return F.cross_entropy(lm_logits[:, :-1].flatten(0, 1).float(), target.flatten(), ignore_index=-100)
+
+
 def fine_tune(model, seqs: Sequence[Sequence[int]], labels: Sequence[int], *, lr: float, steps: int,
               batch_size: int, seed: int, device, head_lr: float | None = None, warmup: float = 0.1,
-              weight_decay: float = 0.01):
+              weight_decay: float = 0.01, aux_lm: float = 0.0):
     """Train every weight of ``model`` (a classifier from :func:`classifier`) with AdamW, a linear
     warm-up over the first ``warmup`` of the ``steps`` and a cosine decay; the new output layer gets
-    ``head_lr`` (default: ``lr``). Batches are padded to their longest review. Returns the model."""
+    ``head_lr`` (default: ``lr``). Batches are padded to their longest review. For a GPT, ``aux_lm``
+    adds GPT-1's auxiliary language-model loss: ``L3 = L2 + aux_lm * L1``. Returns the model."""
+    if aux_lm and not _is_gpt(model):
+        raise ValueError("aux_lm is GPT-1's auxiliary language-model loss: it needs a GPT classifier")
     check_float("lr", lr, positive=True)
     check_int("steps", steps, 1)
     check_int("batch_size", batch_size, 1)
     if len(seqs) != len(labels) or not seqs:
         raise ValueError(f"seqs and labels must be non-empty and of one length, got {len(seqs)} and {len(labels)}")
-    head = [p for n, p in model.named_parameters() if n.startswith("classifier.")]
-    body = [p for n, p in model.named_parameters() if not n.startswith("classifier.")]
+    new = ("classifier.", "head.")          # the new output layer (BERT's, GPT's)
+    head = [p for n, p in model.named_parameters() if n.startswith(new)]
+    body = [p for n, p in model.named_parameters() if not n.startswith(new)]
     opt = torch.optim.AdamW([{"params": body, "lr": lr}, {"params": head, "lr": head_lr or lr}],
                             weight_decay=weight_decay)
     sched = train.warmup_cosine(opt, warmup_steps=min(max(1, round(warmup * steps)), steps - 1), total_steps=steps)
@@ -185,7 +228,8 @@ def fine_tune(model, seqs: Sequence[Sequence[int]], labels: Sequence[int], *, lr
 
     def step(m, batch):
         x, keep, target = batch
-        return F.cross_entropy(m(x, None, keep).float(), target), {}
+        loss = F.cross_entropy(class_logits(m, x, keep).float(), target)
+        return (loss + aux_lm * _lm_loss(m, x, keep) if aux_lm else loss), {}
 
     train.fit(model, loader, optimizer=opt, scheduler=sched, step_fn=step, epochs=None, max_steps=steps,
               log_every=None, device=device, progress=False, seed=seed)
@@ -200,7 +244,7 @@ def predict(model, seqs: Sequence[Sequence[int]], device, batch_size: int = 64) 
     out = torch.empty(len(seqs), dtype=torch.long)
     for idx, x, keep in _by_length(seqs, batch_size, device):
         with autocast(device, model):
-            logits = model(x, None, keep)
+            logits = class_logits(model, x, keep)
         out[idx] = logits.float().argmax(-1).cpu()
     model.train(was)
     return out
@@ -215,15 +259,21 @@ def accuracy(model, seqs, labels, device, batch_size: int = 64) -> float:
 @torch.no_grad()
 def frozen_features(encoder, seqs: Sequence[Sequence[int]], device, batch_size: int = 64) -> torch.Tensor:
     """Mean-pooled, L2-normalised last states of a frozen ``BertModel`` (all-MiniLM-L6-v2's sentence
-    vector), ``(N, hidden)`` float32 on the cpu, in the order of ``seqs``."""
+    vector), ``(N, hidden)`` float32 on the cpu, in the order of ``seqs``. For a frozen ``GPT``, the
+    final state of each input's last token (the one GPT-1's classifier reads), L2-normalised."""
     from lib.models.bert import mean_pool
     was = encoder.training
     encoder.eval().to(device)
-    out = torch.empty(len(seqs), encoder.cfg.hidden_size)
+    gpt = _is_gpt(encoder)
+    out = torch.empty(len(seqs), encoder.cfg.n_embd if gpt else encoder.cfg.hidden_size)
     for idx, x, keep in _by_length(seqs, batch_size, device):
         with autocast(device, encoder):
-            hidden = encoder(x, None, keep).last_hidden_state
-        out[idx] = F.normalize(mean_pool(hidden.float(), keep), dim=-1).cpu()
+            if gpt:
+                hidden = encoder.hidden_states(x, keep.bool())
+                vec = hidden[torch.arange(len(x), device=x.device), keep.sum(1) - 1]
+            else:
+                vec = mean_pool(encoder(x, None, keep).last_hidden_state.float(), keep)
+        out[idx] = F.normalize(vec.float(), dim=-1).cpu()
     encoder.train(was)
     return out
 
@@ -309,6 +359,22 @@ def nsmc_curve_recipe(mode: str | None = None):
         mode_=mode)
 
 
+def imdb_gpt_curve_recipe(mode: str | None = None):
+    """The course's GPT checkpoint (``gpt-imdb``) on IMDB (``tools/transfer_curve.py --curve imdb-gpt``):
+    GPT-1's fine-tuning, ``[BOS] review [CLS]`` cut head+tail to the checkpoint's 128 positions, the
+    class read from the last token's state, and the auxiliary language-model loss (``aux_lm``)."""
+    from lib import config
+    return config.recipe(
+        ci=dict(sizes=[100], seeds=[0], lrs={"pretrained": [3e-4], "random": [1e-3]}, val_size=100,
+                test_size=400, max_len=128, head=32, batch_size=16, epochs=4, min_steps=50, head_lr=1e-3,
+                emergence_sizes=[], all_labels=None, family="gpt", aux_lm=0.5),
+        full=dict(sizes=[100, 500, 2000], seeds=[0, 1, 2],
+                  lrs={"pretrained": [1e-4, 3e-4, 1e-3], "random": [3e-4, 1e-3, 3e-3]}, val_size=500,
+                  test_size=5000, max_len=128, head=32, batch_size=16, epochs=4, min_steps=50, head_lr=1e-3,
+                  emergence_sizes=[], all_labels=None, family="gpt", aux_lm=0.5),
+        mode_=mode)
+
+
 def curve_trials(sizes: Sequence[int], seeds: Sequence[int], lrs: dict[str, Sequence[float]]) -> list[dict]:
     """Every fine-tuning run of a learning curve: one per ``(init, labels, seed, lr)``, ``init`` in
     ``lrs`` (``"pretrained"``, ``"random"``), the largest first (so that shards of the list, taken
@@ -326,20 +392,23 @@ class CurveData:
     rows, and every review encoded once (``seqs``: row index -> ids)."""
 
     def __init__(self, train_rows, test_rows, *, val_size: int, test_size: int, max_len: int, head: int,
-                 tokenizer, sizes: Sequence[int], seeds: Sequence[int], split_seed: int = 12345):
+                 tokenizer, sizes: Sequence[int], seeds: Sequence[int], split_seed: int = 12345,
+                 special: tuple[str, str] = SPECIAL["bert"]):
         self.val, self.pool = split_validation(train_rows, val_size, split_seed)
         self.test = test_rows if test_size >= len(test_rows) else balanced_sample(test_rows, test_size, split_seed)
         self.draws = {s: balanced_sample(self.pool, max(sizes), s) for s in seeds}
         self.max_len, self.head = max_len, head
         needed = {id(r): r for rows in (self.val, self.test, *self.draws.values()) for r in rows}
         rows = list(needed.values())
-        self.seqs = dict(zip(needed, encode_reviews(tokenizer, rows, max_len, head)))
+        self.seqs = dict(zip(needed, encode_reviews(tokenizer, rows, max_len, head, special)))
 
     @classmethod
     def from_recipe(cls, hp, train_rows, test_rows, tokenizer) -> "CurveData":
-        """The splits and encodings a recipe of :func:`imdb_curve_recipe` asks for."""
+        """The splits and encodings a recipe of :func:`imdb_curve_recipe` asks for (its ``family``,
+        ``"bert"`` when it names none, picks the tokens around a review: :data:`SPECIAL`)."""
         return cls(train_rows, test_rows, val_size=hp.val_size, test_size=hp.test_size, max_len=hp.max_len,
-                   head=hp.head, tokenizer=tokenizer, sizes=hp.sizes, seeds=hp.seeds)
+                   head=hp.head, tokenizer=tokenizer, sizes=hp.sizes, seeds=hp.seeds,
+                   special=SPECIAL[getattr(hp, "family", "bert")])
 
     def encoded(self, rows) -> tuple[list[list[int]], list[int]]:
         return [self.seqs[id(r)] for r in rows], [int(r["label"]) for r in rows]
@@ -353,7 +422,7 @@ class CurveData:
 
 
 def run_trial(trial: dict, data: CurveData, pretrained, *, batch_size: int, epochs: float, min_steps: int,
-              head_lr: float, device, validate: bool = True) -> dict:
+              head_lr: float, device, validate: bool = True, aux_lm: float = 0.0) -> dict:
     """Fine-tune one classifier of ``trial`` (see :func:`curve_trials`) and measure it on the
     validation split (unless ``validate=False``: nothing to choose when an arm has one learning
     rate) and the test rows: the trial with ``val_accuracy`` (None when not measured),
@@ -369,7 +438,7 @@ def run_trial(trial: dict, data: CurveData, pretrained, *, batch_size: int, epoc
         raise ValueError(f"trial init must be 'pretrained' or 'random', got {trial['init']!r}")
     steps = steps_for(len(seqs), epochs, batch_size, min_steps)
     fine_tune(model, seqs, labels, lr=trial["lr"], head_lr=max(head_lr, trial["lr"]), steps=steps,
-              batch_size=batch_size, seed=trial["seed"], device=device)
+              batch_size=batch_size, seed=trial["seed"], device=device, aux_lm=aux_lm)
     val = accuracy(model, *data.encoded(data.val), device=device, batch_size=256) if validate else None
     test = accuracy(model, *data.encoded(data.test), device=device, batch_size=256)
     return {**trial, "val_accuracy": val, "test_accuracy": test, "steps": steps,
@@ -382,7 +451,8 @@ def run_trials(hp, data: CurveData, pretrained, trials: Sequence[dict], device):
     learning rates to choose from."""
     for t in trials:
         yield run_trial(t, data, pretrained, batch_size=hp.batch_size, epochs=hp.epochs, min_steps=hp.min_steps,
-                        head_lr=hp.head_lr, device=device, validate=len(hp.lrs[t["init"]]) > 1)
+                        head_lr=hp.head_lr, device=device, validate=len(hp.lrs[t["init"]]) > 1,
+                        aux_lm=getattr(hp, "aux_lm", 0.0))
 
 
 def select_by_validation(runs: Sequence[dict], task: str, model: str) -> tuple[list[dict], dict]:

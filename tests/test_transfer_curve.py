@@ -133,3 +133,50 @@ def test_checkpoint_curve_records_every_arm_and_the_emergence_runs(ko_toy, monke
     assert started["ko-bert-tiny"] != started["ko-bert-tiny@1024"]
     recorded = json.loads((ko_toy / "results" / "08_bert_nsmc.json").read_text())["full"]["metrics"]
     assert recorded["emergence"]["transfer"] == em["transfer"]
+
+
+GPT_TOY = dict(KO_TOY, max_len=24, head=8, emergence_sizes=[], family="gpt", aux_lm=0.5)
+
+
+def test_gpt_checkpoint_curve_fine_tunes_with_the_auxiliary_lm_loss(monkeypatch, tmp_path, data_mirror):
+    """The imdb-gpt curve on a toy GPT checkpoint (``tools.pretrain gpt-imdb-tiny``): GPT-1's
+    classifier reads ``[BOS] review [CLS]``, trains with L2 + 0.5 L1, and both arms and the
+    baselines are recorded."""
+    import torch
+    from lib import checkpoints, finetune
+    from lib.data import nsmc
+    from lib.models.gpt import GPTClassifier
+    from tools import pretrain
+    pretrain.main(["gpt-imdb-tiny", "--out", str(tmp_path / "ckpt"), "--scratch", str(tmp_path / "scratch")])
+    monkeypatch.setattr(checkpoints, "CHECKPOINT_DIR", tmp_path / "ckpt")
+    monkeypatch.setitem(tc.CURVES, "imdb-gpt", {**tc.CURVES["imdb-gpt"], "model": "gpt-imdb-tiny"})
+    split = nsmc.sentiment_split(train_per_class=40, test_per_class=20)     # the toy tokenizer read Korean
+    monkeypatch.setattr(tc, "recipe", lambda mode=None, curve=None: config.recipe(ci=GPT_TOY, full=GPT_TOY, mode_="full"))
+    monkeypatch.setattr(tc, "load_rows", lambda bundle, hp, curve=None: (split.train, split.test))
+    monkeypatch.setenv("COURSE_RESULTS_DIR", str(tmp_path / "results"))
+    seen, losses = [], []
+    real_fit = tc.finetune.train.fit
+
+    def spy_fit(model, loader, **kw):        # what fine-tuning trains on, and with which loss
+        batch = next(iter(loader))
+        seen.append((type(model).__name__, batch[0][:, 0].tolist(), batch[0], batch[1]))
+        x, keep, y = batch
+        losses.append((kw["step_fn"](model, batch)[0].item(),
+                       torch.nn.functional.cross_entropy(finetune.class_logits(model, x, keep), y).item()))
+        return real_fit(model, loader, **kw)
+
+    monkeypatch.setattr(tc.finetune.train, "fit", spy_fit)
+    out = tmp_path / "curve"
+    for command in (["trials"], ["baselines"], ["merge", "--record"]):
+        assert tc.main([*command, "--curve", "imdb-gpt", "--out", str(out)]) == 0
+    merged = json.loads((out / "merged.json").read_text())
+    assert {r["init"] for r in merged["transfer"]} == {"pretrained", "random", "frozen", "tfidf"}
+    assert "emergence" not in merged
+    tok = checkpoints.load("gpt-imdb-tiny").tokenizer
+    assert {name for name, *_ in seen} == {GPTClassifier.__name__}
+    for _, firsts, x, keep in seen:
+        assert set(firsts) == {tok.bos_id}                                   # [BOS] review ...
+        last = x[torch.arange(len(x)), keep.sum(1) - 1]
+        assert set(last.tolist()) == {tok.cls_id}                            # ... [CLS]
+    assert all(total > task + 0.1 for total, task in losses)                 # + 0.5 x the LM loss (about log V)
+    assert (tmp_path / "results" / "07_gpt_imdb.json").is_file()

@@ -8,7 +8,10 @@ Two curves (``--curve``):
 * ``nsmc-ko-bert``: the course's own Korean BERT checkpoint (``python -m tools.pretrain ko-bert``) on
   the course's NSMC split, recorded in ``results/08_bert_nsmc.json``, with the *emergence* runs: the
   snapshots saved along its pretraining (``ko-bert@3M`` ...), fine-tuned at the recipe's
-  ``emergence_sizes``, each with its learning rate chosen on the validation split.
+  ``emergence_sizes``, each with its learning rate chosen on the validation split;
+* ``imdb-gpt`` (chapter 7): the course's GPT checkpoint (``python -m tools.pretrain gpt-imdb``) on
+  IMDB with GPT-1's fine-tuning (the auxiliary language-model loss), recorded in
+  ``results/07_gpt_imdb.json``.
 
 Chapter 8 runs the CI recipe in the notebook. The full recipe (8 sizes x 3 draws x 3 learning rates
 per arm, 10,000 test reviews) is sized for a GPU and is run with this script, which records it in
@@ -47,6 +50,7 @@ from lib.io import atomic_write  # noqa: E402
 CURVES = {
     "imdb-minilm": dict(chapter="08_bert_transfer", task="imdb", model="minilm", recipe=finetune.imdb_curve_recipe),
     "nsmc-ko-bert": dict(chapter="08_bert_nsmc", task="nsmc", model="ko-bert", recipe=finetune.nsmc_curve_recipe),
+    "imdb-gpt": dict(chapter="07_gpt_imdb", task="imdb", model="gpt-imdb", recipe=finetune.imdb_gpt_curve_recipe),
 }
 CHAPTER, TASK, MODEL = "08_bert_transfer", "imdb", "minilm"     # the default curve
 
@@ -75,7 +79,7 @@ def load_rows(bundle: Path | None, hp, curve: str = "imdb-minilm"):
         from lib.data import nsmc
         split = nsmc.sentiment_split()
         return split.train, split.test
-    if bundle is None:
+    if bundle is None or curve != "imdb-minilm":
         from lib import data
         return data.load_imdb("train"), data.load_imdb("test")
     file = bundle / "imdb_rows.json.gz"
@@ -90,7 +94,7 @@ def load_rows(bundle: Path | None, hp, curve: str = "imdb-minilm"):
 def load_encoder(bundle: Path | None, curve: str = "imdb-minilm", checkpoint: str | None = None):
     """(encoder, tokenizer) of the curve: MiniLM, or a course checkpoint (``checkpoint``, default the
     curve's model) with its shipped tokenizer (the ``tokenizers.Tokenizer`` inside it)."""
-    if curve == "nsmc-ko-bert":
+    if curve != "imdb-minilm":
         return finetune.checkpoint_encoder(checkpoint or CURVES[curve]["model"])
     return load_minilm(bundle)
 

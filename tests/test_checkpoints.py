@@ -174,3 +174,19 @@ def test_the_repository_checkpoints_fit_the_budget_and_every_file_is_registered(
                if p.is_file() and p.name not in (checkpoints.REGISTRY_FILE, "README.md")}
     assert on_disk <= registered, f"files in checkpoints/ that no registry entry lists: {sorted(on_disk - registered)}"
     assert not any(p.endswith((".pt", ".tmp")) for p in on_disk)
+
+
+def test_every_repository_checkpoint_loads_with_its_tokenizer_and_card():
+    """Each registered checkpoint passes load's checks (checksums, configuration) and ships what the
+    chapters read from it: a tokenizer, and a card (its weights' metadata for a snapshot) that says
+    how many tokens it read; a snapshot read fewer than its final model."""
+    entries = checkpoints.registry()
+    read = {}
+    for name in entries:
+        ckpt = checkpoints.load(name)
+        assert ckpt.tokenizer is not None and ckpt.tokenizer.vocab_size == ckpt.info.config["vocab_size"]
+        read[name] = ckpt.card["training"]["tokens_seen"] if "training" in ckpt.card else ckpt.card["tokens_seen"]
+    for name, tokens in read.items():
+        base = name.split("@")[0]
+        if "@" in name and base in read:
+            assert tokens < read[base], name

@@ -1,8 +1,8 @@
 #!/usr/bin/env python
-"""The few-label learning curves of chapter 8: a pretrained encoder fine-tuned, the same network from
+"""The few-label learning curves of Part III: a pretrained model fine-tuned, the same network from
 random weights, its frozen vectors and TF-IDF with logistic regression.
 
-Two curves (``--curve``):
+Three curves (``--curve``):
 
 * ``imdb-minilm`` (the default): all-MiniLM-L6-v2 on IMDB, recorded in ``results/08_bert_transfer.json``;
 * ``nsmc-ko-bert``: the course's own Korean BERT checkpoint (``python -m tools.pretrain ko-bert``) on
@@ -52,7 +52,6 @@ CURVES = {
     "nsmc-ko-bert": dict(chapter="08_bert_nsmc", task="nsmc", model="ko-bert", recipe=finetune.nsmc_curve_recipe),
     "imdb-gpt": dict(chapter="07_gpt_imdb", task="imdb", model="gpt-imdb", recipe=finetune.imdb_gpt_curve_recipe),
 }
-CHAPTER, TASK, MODEL = "08_bert_transfer", "imdb", "minilm"     # the default curve
 
 
 def recipe(mode: str | None = None, curve: str = "imdb-minilm"):

@@ -49,8 +49,8 @@ def korean_font_path() -> Path:
     """
     spec = importlib.util.find_spec(_FONT_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError(f"the Korean font comes with the package 'koreanize-matplotlib', which is not "
-                           f"installed: pip install -c constraints.txt koreanize-matplotlib")
+        raise RuntimeError("the Korean font comes with the package 'koreanize-matplotlib', which is not "
+                           "installed: pip install -c constraints.txt koreanize-matplotlib")
     for loc in spec.submodule_search_locations:
         path = Path(loc) / "fonts" / f"{KOREAN_FONT_NAME}.ttf"
         if path.is_file():

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from lib.models.bert import (BertModel, encode_texts, load_minilm, mean_pool, minilm_dir, minilm_tokenizer,
+from lib.models.bert import (encode_texts, load_minilm, mean_pool, minilm_dir, minilm_tokenizer,
                              sentence_embeddings)
 
 transformers = pytest.importorskip("transformers")

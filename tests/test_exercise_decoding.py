@@ -9,7 +9,6 @@ proof, solution 100 % and wrong answers below, is tests/test_exercises.py.)
 """
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import nbformat

@@ -5,7 +5,6 @@ Kernel start-ups dominate the runtime; per-cell time limits are short (10 s) on 
 from __future__ import annotations
 
 import csv
-import importlib.util
 import shutil
 import time
 from pathlib import Path

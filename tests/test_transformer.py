@@ -7,7 +7,7 @@ import torch.nn as nn
 from lib import generate
 from lib.attention import MultiHeadAttention, look_ahead_mask
 from lib.models.reference import WeightCopyError, copy_from_torch_mha, copy_from_torch_transformer
-from lib.models.transformer import (DecoderLayer, EncoderLayer, KVCache, Transformer, TransformerConfig,
+from lib.models.transformer import (DecoderLayer, EncoderLayer, Transformer, TransformerConfig,
                                     TransformerCore, causal_mask_with_offset)
 
 

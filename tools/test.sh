@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The whole test pass (what CI runs): lib unit tests, the exercise proofs, every
-# chapter executed once in the CI recipe with its checked outputs compared (nbval-lax
-# semantics, tools/execute_chapters.py --check), the book build with -W from those
-# executions, and the built site in headless Chromium. Prints how long each stage took.
+# The whole test pass (what CI runs): the linter (ruff, its rules in pyproject.toml), lib
+# unit tests, the exercise proofs, every chapter executed once in the CI recipe with its
+# checked outputs compared (nbval-lax semantics, tools/execute_chapters.py --check), the book
+# build with -W from those executions, and the built site in headless Chromium. Prints how long each stage took.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source tools/env.sh
@@ -38,6 +38,7 @@ notebooks() {
 }
 
 stage setup bash tools/setup.sh --browser || { printf '%s\n' "${STAGES[@]}"; exit 1; }
+stage lint .venv/bin/ruff check lib tools tests benchmarks chapters
 stage lib pytest_stage lib tests --ignore=tests/test_exercises.py --ignore=tests/test_site.py
 stage exercises pytest_stage exercises tests/test_exercises.py
 stage notebooks notebooks

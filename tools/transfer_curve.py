@@ -38,7 +38,6 @@ import lzma
 import os
 import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 

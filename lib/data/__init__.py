@@ -25,7 +25,8 @@ _FROM_BUILDERS = ("tfds_source", "torch_loader", "split_indices", "builder", "tf
 
 __all__ = ["REGISTRY", "DatasetInfo", "FileInfo", "DataError", "MIRROR_ENV", "CACHE_ENV",
            "mirror_dir", "cache_dir", "download", "path", "load_chatbot", "load_imdb",
-           "load_imdb_unsup", "load_tatoeba", "load_tinyshakespeare", "load_nsmc_raw", *_FROM_BUILDERS]
+           "load_imdb_unsup", "load_tatoeba", "load_tinyshakespeare", "load_nsmc_raw", "chatbot", "noising", "nsmc",
+           *_FROM_BUILDERS]
 
 
 def __getattr__(name: str):

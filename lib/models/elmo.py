@@ -43,7 +43,7 @@ Explained in chapters/06_transfer_elmo.ipynb.
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 import torch.nn as nn

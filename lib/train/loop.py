@@ -72,7 +72,7 @@ from lib.train.checkpoint import CheckpointError, make_payload, read_checkpoint,
 from lib.train.distributed import average_gradients, average_metrics, broadcast_model
 from lib.train.history import History, MetricWindow, scalar
 from lib.train.loaders import epoch_iterator, start_epoch, to_device
-from lib.train.progress import Progress, format_metrics, show_bar
+from lib.train.progress import Progress, show_bar
 from lib.train.rng import rng_state, set_rng_state
 from lib.train.schedules import check_optimizer
 from lib.validate import check_callable, check_float, check_int

@@ -6,7 +6,6 @@ import ast
 import dataclasses
 import json
 import re
-import secrets
 import zipfile
 from pathlib import Path
 

@@ -5,9 +5,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from lib.layers import ACTIVATIONS
 from lib.models.gpt import GPT, GPTConfig
 from lib.models.reference import copy_weights
-from lib.models.switch import (ACTIVATIONS, SwitchFFN, SwitchGPT, SwitchGPTConfig, expert_capacity,
+from lib.models.switch import (SwitchFFN, SwitchGPT, SwitchGPTConfig, expert_capacity,
                                hf_sparse_mlp_table, load_balancing_loss, route_top1)
 
 from lib.models import switch_parallel_check

@@ -8,7 +8,7 @@ from lib import generate
 from lib.attention import MultiHeadAttention, look_ahead_mask
 from lib.models.reference import WeightCopyError, copy_from_torch_mha, copy_from_torch_transformer
 from lib.models.transformer import (DecoderLayer, EncoderLayer, Transformer, TransformerConfig,
-                                    TransformerCore, causal_mask_with_offset)
+                                    TransformerCore)
 
 
 pytestmark = pytest.mark.filterwarnings("ignore:enable_nested_tensor is True")
@@ -175,12 +175,6 @@ def test_kv_cache_reorder_selects_rows():
         nxt, _ = m.decode(tgt[idx, 3:4], memory[idx], sp[idx], cache=cache)
         full, _ = m.decode(tgt[idx, :4], memory[idx], sp[idx])
     torch.testing.assert_close(nxt[:, 0], full[:, 3], atol=1e-5, rtol=1e-5)
-
-
-def test_causal_mask_with_offset():
-    m = causal_mask_with_offset(2, 3)
-    assert m.tolist() == [[True, True, True, True, False], [True, True, True, True, True]]
-    assert torch.equal(causal_mask_with_offset(4, 0), look_ahead_mask(4))
 
 
 # ----------------------------------------------------------------------------- masks in the model

@@ -7,10 +7,11 @@ XLNet's layer layout, which is what our model is.
 import pytest
 import torch
 
+from lib.attention import look_ahead_mask
 from lib.models.reference import copy_weights
 from lib.models.transformer_xl import (RelativeMultiHeadAttention, TransformerXL, TransformerXLConfig,
-                                       causal_memory_mask, hf_xlnet_table, rel_shift, relative_distances,
-                                       relative_sinusoid, update_memory)
+                                       hf_xlnet_table, rel_shift, relative_distances, relative_sinusoid,
+                                       update_memory)
 
 transformers = pytest.importorskip("transformers")
 
@@ -142,11 +143,6 @@ def test_update_memory_keeps_the_last_positions_detached():
         update_memory(a, a, -1)
 
 
-def test_causal_memory_mask():
-    m = causal_memory_mask(2, 3)
-    assert m.tolist() == [[True, True, True, True, False], [True, True, True, True, True]]
-
-
 # ----------------------------------------------------------------------------- Hugging Face
 
 def _hf_pair(mem_len=5):
@@ -171,7 +167,7 @@ def test_relative_attention_equals_hf_xlnet_core():
     B, T, M, D = 2, 4, 3, SMALL["d_model"]
     x, mem = torch.randn(B, T, D, generator=g), torch.randn(B, M, D, generator=g)
     pos = relative_sinusoid(relative_distances(T, M + T), D)
-    mask = causal_memory_mask(T, M)
+    mask = look_ahead_mask(T, num_keys=M + T)
     with torch.no_grad():
         hf_out, _, probs = hf_attn(x.transpose(0, 1), None, (~mask).float()[:, :, None, None], None,
                                    pos[:, None].expand(-1, B, -1), None, mems=mem.transpose(0, 1),

@@ -51,9 +51,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from lib.attention import MultiHeadAttention
+from lib.attention import MultiHeadAttention, look_ahead_mask
 from lib.models.reference import Source, split, transpose
-from lib.models.transformer import KVCache, causal_mask_with_offset
+from lib.models.transformer import KVCache
 
 __all__ = ["GPTConfig", "MLP", "Block", "GPT", "GPTClassifier", "KVCache", "PUBLISHED",
            "count_parameters", "hf_gpt2_table", "hf_openai_gpt_table"]
@@ -223,7 +223,8 @@ class GPT(nn.Module):
         x = self.drop(self.wte(idx) + self.wpe(pos))
         # (T, past + T); None when it is the plain causal mask of a fresh sequence, which the
         # attention then applies itself (the flash kernels need no explicit mask)
-        mask = None if past == 0 and attention_mask is None else causal_mask_with_offset(T, past, device=idx.device)
+        mask = (None if past == 0 and attention_mask is None
+                else look_ahead_mask(T, device=idx.device, num_keys=past + T))
         if attention_mask is not None:
             if cache is not None:
                 raise ValueError("attention_mask is not supported together with a cache")
@@ -235,7 +236,7 @@ class GPT(nn.Module):
             # and not every fused GPU kernel returns zeros for an empty row). Real tokens are
             # unaffected: they see themselves anyway.
             eye = torch.eye(T, dtype=torch.bool, device=idx.device)
-            mask = (causal_mask_with_offset(T, 0, device=idx.device) & attention_mask[:, None, None, :]) | eye
+            mask = (look_ahead_mask(T, device=idx.device) & attention_mask[:, None, None, :]) | eye
         for i, block in enumerate(self.blocks):
             x = block(x, mask, cache.layers[i] if cache is not None else None, fused=fused)
         return self.ln_f(x)

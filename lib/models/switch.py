@@ -49,14 +49,12 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from lib import validate
+from lib.layers import ACTIVATIONS
 from lib.models.gpt import GPT, GPTConfig
 from lib.models.reference import Source
 
 __all__ = ["expert_capacity", "Routing", "route_top1", "load_balancing_loss", "RouterStats", "SwitchFFN",
-           "ExpertParallelSwitchFFN", "all_to_all", "SwitchGPTConfig", "SwitchGPT", "hf_sparse_mlp_table",
-           "ACTIVATIONS"]
-
-ACTIVATIONS = {"gelu_tanh": lambda h: F.gelu(h, approximate="tanh"), "relu": F.relu, "gelu": F.gelu}
+           "ExpertParallelSwitchFFN", "all_to_all", "SwitchGPTConfig", "SwitchGPT", "hf_sparse_mlp_table"]
 
 
 # ----------------------------------------------------------------------------- routing

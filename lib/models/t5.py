@@ -55,7 +55,7 @@ import torch.nn.functional as F
 from lib.attention import look_ahead_mask, merge_heads, split_heads
 from lib.layers import num_parameters
 from lib.models.reference import Source
-from lib.models.transformer import KVCache, causal_mask_with_offset
+from lib.models.transformer import KVCache
 from lib.validate import check_bool, check_choice, check_int, check_tensor
 
 __all__ = ["T5Config", "PUBLISHED", "RMSNorm", "relative_position_bucket", "T5Attention", "FeedForward",
@@ -307,7 +307,7 @@ class Stack(nn.Module):
         # computed once, by the first layer's table, then shared by every layer of the stack
         bias = self.layers[0].self_attn.position_bias(T, past + T, offset=past).to(x.dtype)
         if self.is_decoder:
-            self_bias = _fold_mask(bias, causal_mask_with_offset(T, past, device=x.device), x.dtype)
+            self_bias = _fold_mask(bias, look_ahead_mask(T, device=x.device, num_keys=past + T), x.dtype)
             cross = None if memory_key_padding_mask is None else memory_key_padding_mask[:, None, None, :]
             cross_bias = _fold_mask(None, cross, x.dtype)    # no position bias in cross-attention
         else:

@@ -66,8 +66,7 @@ from lib.layers import PositionalEncoding, PositionwiseFeedForward, ResidualBloc
 from lib.models.reference import copy_from_torch_mha, copy_from_torch_transformer  # noqa: F401 (chapter 3)
 
 __all__ = ["TransformerConfig", "TeacherForcing", "EncoderLayer", "DecoderLayer", "Encoder", "Decoder", "KVCache",
-           "TransformerCore", "Transformer", "copy_from_torch_mha", "copy_from_torch_transformer",
-           "causal_mask_with_offset"]
+           "TransformerCore", "Transformer", "copy_from_torch_mha", "copy_from_torch_transformer"]
 
 
 @dataclass
@@ -109,13 +108,6 @@ class TransformerConfig:
 
     def asdict(self) -> dict:
         return asdict(self)
-
-
-def causal_mask_with_offset(new: int, past: int, device=None) -> torch.Tensor:
-    """``(new, past + new)`` bool: new query i (absolute position past + i) sees keys 0..past+i."""
-    if past == 0:
-        return look_ahead_mask(new, device=device)
-    return torch.ones(new, past + new, dtype=torch.bool, device=device).tril(diagonal=past)
 
 
 def _padding_4d(key_padding_mask: torch.Tensor | None) -> torch.Tensor | None:
@@ -274,7 +266,7 @@ class Decoder(nn.Module):
         past = cache.length if cache is not None else 0
         T = x.shape[1]
         if tgt_mask is None:
-            tgt_mask = causal_mask_with_offset(T, past, device=x.device)
+            tgt_mask = look_ahead_mask(T, device=x.device, num_keys=past + T)
         if cache is not None and (tgt_key_padding_mask is not None or cache.tgt_padding is not None):
             B = x.shape[0]
             new = tgt_key_padding_mask if tgt_key_padding_mask is not None else \

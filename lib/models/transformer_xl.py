@@ -55,16 +55,14 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from lib.attention import masked_softmax
-from lib.layers import num_parameters
+from lib.attention import look_ahead_mask, masked_softmax
+from lib.layers import ACTIVATIONS, num_parameters
 from lib.models.reference import Source
 from lib.validate import check_int, check_tensor
 
 __all__ = ["relative_distances", "relative_sinusoid", "rel_shift", "RelativeMultiHeadAttention",
-           "RelativeLayer", "update_memory", "causal_memory_mask", "TransformerXLConfig", "TransformerXL",
+           "RelativeLayer", "update_memory", "TransformerXLConfig", "TransformerXL",
            "hf_xlnet_table", "batchify", "evaluate_with_memory", "evaluate_sliding_window"]
-
-ACTIVATIONS = {"gelu": F.gelu, "relu": F.relu}
 
 
 # ----------------------------------------------------------------------------- positions
@@ -114,13 +112,6 @@ def rel_shift(x: torch.Tensor, k_len: int) -> torch.Tensor:
                          f"k_len + 1 and k_len + T columns")
     x = x.reshape(*lead, P, T)[..., 1:, :].reshape(*lead, T, P - 1)
     return x[..., :k_len]
-
-
-def causal_memory_mask(q_len: int, mem_len: int, device=None) -> torch.Tensor:
-    """``(q_len, mem_len + q_len)`` bool: query ``i`` sees every memory slot and keys ``<= i``."""
-    check_int("q_len", q_len, 1)
-    check_int("mem_len", mem_len, 0)
-    return torch.ones(q_len, mem_len + q_len, dtype=torch.bool, device=device).tril(diagonal=mem_len)
 
 
 # ----------------------------------------------------------------------------- attention
@@ -320,7 +311,7 @@ class TransformerXL(nn.Module):
         T = idx.shape[1]
         mem_len = self.cfg.mem_len if mem_len is None else check_int("mem_len", mem_len, 0)
         if mask is None:
-            mask = causal_memory_mask(T, M, device=idx.device)
+            mask = look_ahead_mask(T, device=idx.device, num_keys=M + T)
         elif tuple(mask.shape[-2:]) != (T, M + T) or mask.dtype != torch.bool:
             raise ValueError(f"mask must be bool (..., {T}, {M + T}), got {mask.dtype} {tuple(mask.shape)}")
         pos = self.drop(relative_sinusoid(relative_distances(T, M + T).to(idx.device), self.cfg.d_model))

@@ -1,19 +1,15 @@
 """tools.pretrain: no test review in the pretraining text, exact resume after an interruption,
 two processes equal to one at the same global batch, and what the output folder holds."""
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from lib import checkpoints, train
+from lib.train import distributed
 from lib.train.checkpoint import read_checkpoint
 from tools import pretrain
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 def run(tmp: Path, *args: str) -> dict | None:
@@ -99,13 +95,8 @@ def test_interrupted_and_resumed_run_equals_an_uninterrupted_one(data_mirror, tm
 
 def test_two_processes_give_the_loss_curve_of_one_at_the_same_global_batch(data_mirror, tmp_path):
     no_dropout = ["--set", "model.dropout=0", "--set", "model.attention_dropout=0"]
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE")}
-    env.update(OMP_NUM_THREADS="1", COURSE_PROGRESS="0", PYTHONPATH=str(REPO))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m",
-           "tools.pretrain", "ko-bert-tiny", "--out", str(tmp_path / "two" / "out"), "--scratch",
-           str(tmp_path / "two" / "scratch"), *no_dropout]
-    proc = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=240)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    proc = distributed.torchrun("tools.pretrain", "ko-bert-tiny", "--out", tmp_path / "two" / "out", "--scratch",
+                                tmp_path / "two" / "scratch", *no_dropout, processes=2, timeout=240)
     assert "process 0 of 2" in proc.stdout
     run(tmp_path / "one", *no_dropout)
     two, one = state(tmp_path / "two"), state(tmp_path / "one")

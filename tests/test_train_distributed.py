@@ -1,7 +1,5 @@
 """lib.train under torchrun: two CPU processes (Gloo) train exactly like one process on the
 global batch, start from rank 0's weights, log averaged metrics, and resume exactly."""
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -10,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from lib import train
+from lib.train import distributed
 
 WORKER = Path(__file__).with_name("ddp_worker.py")
 sys.path.insert(0, str(WORKER.parent))
@@ -21,12 +20,7 @@ pytestmark = pytest.mark.skipif(not torch.distributed.is_available() or not torc
 
 def torchrun(out: Path, *args: str, nproc: int = 2) -> list[dict]:
     out.mkdir(parents=True, exist_ok=True)
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE")}
-    env.update(OMP_NUM_THREADS="1", COURSE_DEVICE="cpu", COURSE_PROGRESS="0")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-           str(WORKER), "--out", str(out), *args]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, f"torchrun failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    distributed.torchrun(WORKER, "--out", str(out), *args, processes=nproc)
     return [torch.load(out / f"rank{r}.pt", weights_only=True) for r in range(nproc)]
 
 
@@ -100,3 +94,8 @@ def test_resume_with_two_processes_is_exact_and_needs_the_same_world_size(tmp_pa
     with pytest.raises(train.CheckpointError, match="2 process"):
         train.fit(net, [(torch.zeros(1, 4), torch.zeros(1, 1))], optimizer=opt, epochs=1, max_steps=20,
                   step_fn=ddp_worker.step_fn, checkpoint=ckpt, resume=True, progress=False)
+
+
+def test_torchrun_failure_raises_with_the_processes_output():
+    with pytest.raises(RuntimeError, match=r"torchrun lib\.no_such_module failed[\s\S]*No module named"):
+        distributed.torchrun("lib.no_such_module", processes=1, timeout=120)

@@ -34,14 +34,13 @@ from typing import Mapping
 import torch
 import torch.nn as nn
 
-from lib.data.dialogue import FAKE, REAL  # noqa: F401  (the labels of the real/fake head)
 from lib.models.bert import (BertConfig, BertEmbeddings, BertForPreTraining, BertForSequenceClassification,
                              BertModel, _check_ids)
 from lib.models.reference import Source, copy_weights, hf_bert_table
 from lib.validate import check_bool, check_int
 
 __all__ = ["ErnieConfig", "ErnieEmbeddings", "ErnieModel", "ErnieForPreTraining",
-           "ErnieForSequenceClassification", "hf_ernie_table", "load_hf_ernie", "REAL", "FAKE"]
+           "ErnieForSequenceClassification", "hf_ernie_table", "load_hf_ernie"]
 
 
 
@@ -112,8 +111,8 @@ class ErnieModel(BertModel):
 
 class ErnieForPreTraining(BertForPreTraining):
     """ERNIE with BERT's two heads: masked LM, and the 2-way head on the pooled ``[CLS]``, which
-    ERNIE's dialogue language model trains to tell a real dialogue (:data:`REAL`) from a fake one
-    (:data:`FAKE`) through ``nsp_labels``. ``task_type_ids=`` is passed on to :class:`ErnieModel`."""
+    ERNIE's dialogue language model trains to tell a real dialogue (``lib.data.dialogue.REAL``) from a
+    fake one (``FAKE``) through ``nsp_labels``. ``task_type_ids=`` is passed on to :class:`ErnieModel`."""
     backbone = ErnieModel
 
 

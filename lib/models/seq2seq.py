@@ -43,10 +43,9 @@ from lib.attention import DotAttention, padding_mask
 from lib.layers import num_parameters
 from lib.validate import check_choice, check_int, check_probability, check_tensor
 from lib.text import collate_pairs
-from lib.train.loaders import LengthBucketSampler  # re-exported: chapters 1 and 3 use seq2seq.LengthBucketSampler
 
 __all__ = ["Seq2SeqConfig", "Encoder", "FixedContextDecoder", "LuongDecoder", "Memory",
-           "Seq2Seq", "collate", "LengthBucketSampler", "strip_special"]
+           "Seq2Seq", "collate", "strip_special"]
 
 
 # ----------------------------------------------------------------------------- config

@@ -11,9 +11,6 @@ outputs, its input gradient, its parameter gradients and the routing statistics.
 Explained in chapters/12_switch.ipynb.
 """
 import argparse
-import os
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -21,6 +18,7 @@ import torch
 
 from lib import device
 from lib.models.switch import ExpertParallelSwitchFFN, SwitchFFN
+from lib.train.distributed import torchrun
 
 D_MODEL, D_FF, EXPERTS, BATCH, TIME = 16, 32, 4, 4, 12
 
@@ -55,16 +53,9 @@ def launch(processes: int = 2, capacity_factor: float = 1.0, timeout: float = 30
     rank's saved dict, in rank order. Raises ``RuntimeError`` with torchrun's output if it fails."""
     if processes < 1 or EXPERTS % processes or BATCH % processes:
         raise ValueError(f"processes must divide the {EXPERTS} experts and the batch of {BATCH}, got {processes}")
-    repo = str(Path(__file__).resolve().parents[2])
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE")}
-    env |= {"OMP_NUM_THREADS": "1", "COURSE_DEVICE": "cpu",
-            "PYTHONPATH": os.pathsep.join(p for p in (repo, env.get("PYTHONPATH", "")) if p)}
     with tempfile.TemporaryDirectory() as out:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}",
-               "-m", __name__, "--out", out, "--capacity-factor", str(capacity_factor)]
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-        if proc.returncode != 0:
-            raise RuntimeError(f"torchrun failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+        torchrun(__name__, "--out", out, "--capacity-factor", str(capacity_factor), processes=processes,
+                 timeout=timeout)
         return [torch.load(Path(out) / f"rank{r}.pt", weights_only=True) for r in range(processes)]
 
 

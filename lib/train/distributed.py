@@ -1,14 +1,46 @@
 """Data-parallel training under ``torchrun``, the arithmetic of ``DistributedDataParallel``
 without its overlap of communication and computation: start every replica from rank 0's
-weights, average the gradients after each backward pass, average the logged metrics."""
+weights, average the gradients after each backward pass, average the logged metrics; and
+:func:`torchrun`, which starts a module or script in several local CPU processes (the tests and
+chapter 12's expert-parallel check)."""
 from __future__ import annotations
 
-from typing import Any
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Mapping
 
 import torch
 from torch import nn
 
-__all__ = ["broadcast_model", "average_gradients", "average_metrics"]
+from lib.validate import check_int
+
+__all__ = ["broadcast_model", "average_gradients", "average_metrics", "torchrun"]
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def torchrun(target: str | os.PathLike, *args: str, processes: int = 2, timeout: float = 300,
+             env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run ``target`` (a module name such as ``"tools.pretrain"``, or a script's path) under
+    ``torchrun --standalone --nproc_per_node=processes`` with ``args``, on the CPU (Gloo), one thread
+    per process, from the repository root and with it on ``PYTHONPATH``; ``env`` adds variables.
+    Returns the finished process (its ``stdout`` and ``stderr`` as text); a non-zero exit raises
+    ``RuntimeError`` with the end of both."""
+    check_int("processes", processes, 1)
+    run_env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE")}
+    run_env |= {"OMP_NUM_THREADS": "1", "COURSE_DEVICE": "cpu", "COURSE_PROGRESS": "0",
+                "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), run_env.get("PYTHONPATH", "")) if p)}
+    run_env |= dict(env or {})
+    script = isinstance(target, Path) or str(target).endswith(".py")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}",
+           *([str(target)] if script else ["-m", str(target)]), *map(str, args)]
+    proc = subprocess.run(cmd, env=run_env, cwd=REPO, capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"torchrun {target} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n"
+                           f"{proc.stderr[-3000:]}")
+    return proc
 
 
 def broadcast_model(model: nn.Module) -> None:

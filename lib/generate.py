@@ -27,7 +27,7 @@ model is follows from whether it has an ``encode`` method.
 In both, ``decode`` returns ``(logits, cache)``; the cache is any object the model gets
 back on the next call. Beam search reorders it with ``model.reorder_cache(cache, index)``
 if the model has one, else ``cache.reorder(index)`` (as
-:class:`lib.models.transformer.KVCache` has), else by selecting rows of every tensor inside
+:class:`lib.kv_cache.KVCache` has), else by selecting rows of every tensor inside
 it (:func:`reorder_cache`). A ``cache.length`` property (positions cached so far) is part of
 the protocol for the models' own use. When ``model.cfg.max_len`` exists, decoding that would
 need more positions (decoder-only: the prompt and the new tokens) raises a ``ValueError``
@@ -165,11 +165,11 @@ def reorder_cache(cache: Any, index: torch.Tensor, batch_size: int, model: Any =
     Beam search uses it to follow the beams that survive a step. The cache may be any nesting
     of lists, tuples, dicts and dataclasses/objects holding tensors; non-tensors (e.g. a cached
     length) are kept. A model with a ``reorder_cache(cache, index)`` method, or a cache with a
-    ``reorder(index)`` method (``lib.models.transformer.KVCache``), is asked instead.
+    ``reorder(index)`` method (``lib.kv_cache.KVCache``), is asked instead.
     """
     if model is not None and callable(getattr(model, "reorder_cache", None)):
         return model.reorder_cache(cache, index)
-    if callable(getattr(cache, "reorder", None)):                 # e.g. lib.models.transformer.KVCache
+    if callable(getattr(cache, "reorder", None)):                 # e.g. lib.kv_cache.KVCache
         return cache.reorder(index)
     return _reorder(cache, index, batch_size, set())
 

@@ -2,8 +2,9 @@
 import pytest
 import torch
 
-from lib.models.gpt import (GPT, PUBLISHED, GPTClassifier, GPTConfig, KVCache, count_parameters,
-                            hf_gpt2_table, hf_openai_gpt_table)
+from lib.kv_cache import KVCache
+from lib.models.gpt import (GPT, PUBLISHED, GPTClassifier, GPTConfig, count_parameters, hf_gpt2_table,
+                            hf_openai_gpt_table)
 from lib.models.reference import copy_weights
 
 transformers = pytest.importorskip("transformers")

@@ -50,9 +50,10 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.nn as nn
 
+from lib.kv_cache import KVCache
 from lib.layers import layer_norm, num_parameters
 from lib.models.reference import Source, copy_weights
-from lib.models.transformer import Decoder, Encoder, KVCache, TeacherForcing
+from lib.models.transformer import Decoder, Encoder, TeacherForcing
 from lib.validate import check_int, check_tensor
 
 __all__ = ["BartConfig", "Bart", "BartClassifier", "hf_bart_table", "copy_from_hf_bart"]

@@ -32,7 +32,7 @@ Interface shared with the other models of the course::
     model.num_parameters(exclude_embeddings=False)
 
 ``decode`` takes new tokens ``(B, t)`` and returns ``logits (B, t, V)`` and the
-:class:`~lib.models.transformer.KVCache` extended with their keys and values; the positions
+:class:`~lib.kv_cache.KVCache` extended with their keys and values; the positions
 of the new tokens continue from ``cache.length``. The cache has ``length`` and
 ``reorder(index)`` (beam search).
 
@@ -51,11 +51,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from lib import kv_cache
 from lib.attention import MultiHeadAttention, look_ahead_mask
+from lib.kv_cache import KVCache
 from lib.models.reference import Source, split, transpose
-from lib.models.transformer import KVCache
 
-__all__ = ["GPTConfig", "MLP", "Block", "GPT", "GPTClassifier", "KVCache", "PUBLISHED",
+__all__ = ["GPTConfig", "MLP", "Block", "GPT", "GPTClassifier", "PUBLISHED",
            "count_parameters", "hf_gpt2_table", "hf_openai_gpt_table"]
 
 
@@ -134,10 +135,7 @@ class Block(nn.Module):
         ``layer_past`` / ``present`` in the original GPT-2 code."""
         q, k, v = self.attn.project_qkv(x)               # one matrix product, like c_attn
         if cache is not None:
-            if "self_k" in cache:
-                k = torch.cat([cache["self_k"], k], dim=2)
-                v = torch.cat([cache["self_v"], v], dim=2)
-            cache["self_k"], cache["self_v"] = k, v
+            k, v = kv_cache.update(cache, "self", k, v)
         # mask None: plain causal attention (the fused kernel masks the future by itself)
         out, _ = self.attn.attend_heads(q, k, v, mask=mask, fused=fused, is_causal=mask is None)
         return self.drop(out)

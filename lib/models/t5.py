@@ -34,7 +34,7 @@ Interface (the encoder-decoder protocol of :mod:`lib.generate`)::
 
 Decoding starts from ``cfg.decoder_start_id``, which is the padding id in T5 (``labels``
 are shifted right with it, :meth:`T5.shift_right`). The cache is
-:class:`lib.models.transformer.KVCache`: each decoder layer keeps its self-attention keys and
+:class:`lib.kv_cache.KVCache`: each decoder layer keeps its self-attention keys and
 values and the cross-attention keys and values of the encoder output (computed once).
 
 :func:`hf_t5_table` maps our weights to Hugging Face's ``T5ForConditionalGeneration`` for
@@ -52,14 +52,15 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from lib import kv_cache
 from lib.attention import look_ahead_mask, merge_heads, split_heads
+from lib.kv_cache import KVCache
 from lib.layers import num_parameters
 from lib.models.reference import Source
-from lib.models.transformer import KVCache
 from lib.validate import check_bool, check_choice, check_int, check_tensor
 
 __all__ = ["T5Config", "PUBLISHED", "RMSNorm", "relative_position_bucket", "T5Attention", "FeedForward",
-           "EncoderLayer", "DecoderLayer", "Stack", "T5", "KVCache", "count_parameters", "hf_t5_table",
+           "EncoderLayer", "DecoderLayer", "Stack", "T5", "count_parameters", "hf_t5_table",
            "mask_pattern", "PATTERNS"]
 
 FEED_FORWARD = ("relu", "gated-gelu")
@@ -201,17 +202,10 @@ class T5Attention(nn.Module):
         q = split_heads(self.q(x), self.num_heads)
         if kv is None:                                   # self-attention
             k, v = split_heads(self.k(x), self.num_heads), split_heads(self.v(x), self.num_heads)
-            if cache is not None:
-                if f"{cache_prefix}_k" in cache:
-                    k = torch.cat([cache[f"{cache_prefix}_k"], k], dim=2)
-                    v = torch.cat([cache[f"{cache_prefix}_v"], v], dim=2)
-                cache[f"{cache_prefix}_k"], cache[f"{cache_prefix}_v"] = k, v
-        elif cache is not None and f"{cache_prefix}_k" in cache:    # cross-attention, memory cached
-            k, v = cache[f"{cache_prefix}_k"], cache[f"{cache_prefix}_v"]
-        else:
-            k, v = split_heads(self.k(kv), self.num_heads), split_heads(self.v(kv), self.num_heads)
-            if cache is not None:
-                cache[f"{cache_prefix}_k"], cache[f"{cache_prefix}_v"] = k, v
+            k, v = kv_cache.update(cache, cache_prefix, k, v)
+        else:                                            # cross-attention: the memory's, once
+            k, v = kv_cache.memo(cache, cache_prefix, lambda: (split_heads(self.k(kv), self.num_heads),
+                                                              split_heads(self.v(kv), self.num_heads)))
         p = self.dropout if self.training else 0.0
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=p, scale=1.0)   # no 1/sqrt(d)
         return self.o(merge_heads(out))

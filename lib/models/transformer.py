@@ -18,7 +18,7 @@ Masks follow ``lib.attention``: boolean, **True = may attend**; padding masks ar
 ``DecoderLayer(...)``
     ``forward(x, memory, self_mask=None, memory_mask=None, cache=None) -> x``: masked
     self-attention, cross-attention over the encoder output ``memory``, FFN. ``cache`` is one
-    layer's dict of projected keys/values (see ``KVCache``); it is read and updated in place.
+    layer's dict of projected keys/values (``lib.kv_cache``); it is read and updated in place.
 ``Encoder(...)``/``Decoder(...)``: a stack of layers **plus a final LayerNorm**, exactly the
     structure of ``torch.nn.TransformerEncoder``/``TransformerDecoder`` inside
     ``torch.nn.Transformer`` (which has that final norm for both post-LN and pre-LN).
@@ -33,10 +33,7 @@ norm_first, activation, eps)``: the ``nn.Transformer``-shaped part (no embedding
     At the base configuration it has exactly as many parameters as ``torch.nn.Transformer()``.
 ``copy_from_torch_mha`` / ``copy_from_torch_transformer``: live in ``lib.models.reference``
     (name tables through ``copy_weights``); importable from here too, as chapter 3 does.
-``KVCache``: ``.layers`` (one dict per decoder layer: ``self_k``, ``self_v`` of shape
-    ``(B, H, T_so_far, d_head)``, ``cross_k``, ``cross_v`` of the memory, computed once),
-    ``.length`` (target positions cached), ``.reorder(index)`` (select/reorder batch rows,
-    for beam search).
+The cache of incremental decoding is ``lib.kv_cache.KVCache`` (shared with GPT, BART and T5).
 ``Transformer(cfg)``:
     ``encode(src, src_key_padding_mask=None) -> memory (B, S, d_model)`` (mask from ``pad_id``
     when None);
@@ -61,11 +58,13 @@ from dataclasses import dataclass, asdict
 import torch
 import torch.nn as nn
 
+from lib import kv_cache
 from lib.attention import MultiHeadAttention, combine_masks, look_ahead_mask
+from lib.kv_cache import KVCache
 from lib.layers import PositionalEncoding, PositionwiseFeedForward, ResidualBlock, layer_norm, num_parameters
 from lib.models.reference import copy_from_torch_mha, copy_from_torch_transformer  # noqa: F401 (chapter 3)
 
-__all__ = ["TransformerConfig", "TeacherForcing", "EncoderLayer", "DecoderLayer", "Encoder", "Decoder", "KVCache",
+__all__ = ["TransformerConfig", "TeacherForcing", "EncoderLayer", "DecoderLayer", "Encoder", "Decoder",
            "TransformerCore", "Transformer", "copy_from_torch_mha", "copy_from_torch_transformer"]
 
 
@@ -171,24 +170,14 @@ class DecoderLayer(nn.Module):
         ``(B, H, T_new, S)``. ``cache`` (a dict, may be empty) is extended in place."""
 
         def self_attend(h):
-            k, v = self.self_attn.project_kv(h, h)
-            if cache is not None:
-                if "self_k" in cache:
-                    k = torch.cat([cache["self_k"], k], dim=2)
-                    v = torch.cat([cache["self_v"], v], dim=2)
-                cache["self_k"], cache["self_v"] = k, v
+            k, v = kv_cache.update(cache, "self", *self.self_attn.project_kv(h, h))
             out, w = self.self_attn.attend_projected(h, k, v, mask=self_mask)
             if self.keep_weights:
                 self.self_weights = w.detach()
             return out
 
         def cross_attend(h):
-            if cache is not None and "cross_k" in cache:
-                k, v = cache["cross_k"], cache["cross_v"]
-            else:
-                k, v = self.cross_attn.project_kv(memory, memory)
-                if cache is not None:
-                    cache["cross_k"], cache["cross_v"] = k, v
+            k, v = kv_cache.memo(cache, "cross", lambda: self.cross_attn.project_kv(memory, memory))
             out, w = self.cross_attn.attend_projected(h, k, v, mask=memory_mask)
             if self.keep_weights:
                 self.cross_weights = w.detach()
@@ -216,33 +205,6 @@ class Encoder(nn.Module):
         for layer in self.layers:
             x = layer(x, key_padding_mask=key_padding_mask, mask=mask)
         return self.norm(x)
-
-
-class KVCache:
-    """What incremental decoding remembers: per decoder layer, the projected self-attention keys
-    and values of every target token so far, and the cross-attention keys/values of the memory."""
-
-    def __init__(self, num_layers: int):
-        self.layers: list[dict[str, torch.Tensor]] = [{} for _ in range(num_layers)]
-        self.tgt_padding: torch.Tensor | None = None   # (B, T_so_far) bool, only if one was given
-
-    @property
-    def length(self) -> int:
-        if not self.layers or "self_k" not in self.layers[0]:
-            return 0
-        return int(self.layers[0]["self_k"].shape[2])
-
-    def reorder(self, index: torch.Tensor) -> "KVCache":
-        """Keep/reorder batch rows (``index`` 1-D LongTensor), in place; returns self."""
-        for layer in self.layers:
-            for key in list(layer):
-                layer[key] = layer[key].index_select(0, index)
-        if self.tgt_padding is not None:
-            self.tgt_padding = self.tgt_padding.index_select(0, index)
-        return self
-
-    def __repr__(self) -> str:
-        return f"KVCache(layers={len(self.layers)}, length={self.length})"
 
 
 class Decoder(nn.Module):

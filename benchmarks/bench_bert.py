@@ -35,8 +35,8 @@ sys.path.insert(0, str(REPO))
 from lib import data, device  # noqa: E402
 import _report  # noqa: E402  (benchmarks/_report.py)
 from lib.data.mlm import NOT_NEXT, mask_tokens  # noqa: E402
-from lib.models.bert import (BertConfig, BertForPreTraining, encode_texts, load_hf_bert, load_minilm,  # noqa: E402
-                             minilm_dir, minilm_tokenizer)
+from lib.minilm import encode_texts, load_minilm, minilm_dir, minilm_tokenizer  # noqa: E402
+from lib.models.bert import BertConfig, BertForPreTraining, load_hf_bert  # noqa: E402
 
 
 def first_sentences(n: int) -> list[str]:

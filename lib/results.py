@@ -38,7 +38,7 @@ from typing import Any, Mapping
 from lib.io import atomic_write
 
 __all__ = ["ENV_VAR", "CI_ENV_VAR", "REPO", "COMMITTED_DIR", "results_dir", "path", "record", "RecordedFile", "load", "full",
-           "table", "show", "flatten"]
+           "stale", "table", "show", "flatten"]
 
 ENV_VAR = "COURSE_RESULTS_DIR"
 CI_ENV_VAR = "COURSE_CI_RESULTS_DIR"
@@ -225,6 +225,24 @@ def full(chapter: str) -> dict[str, Any] | None:
     """The full-recipe metrics of ``chapter``, or None when no full run was recorded."""
     entry = load(chapter).get("full")
     return entry["metrics"] if entry else None
+
+
+def stale(chapter: str, live: Mapping[str, Any]) -> str | None:
+    """A sentence when the recorded full run of ``chapter`` is older than the page that shows it:
+    the top-level rows it has that ``live`` (this run's metrics) lacks, and the ones it lacks;
+    None when both have the same rows, or nothing full was recorded."""
+    recorded = full(chapter)
+    if not recorded:
+        return None
+    gone, new = sorted(set(recorded) - set(live)), sorted(set(live) - set(recorded))
+    if not gone and not new:
+        return None
+    parts = []
+    if gone:
+        parts.append(f"its rows {', '.join(gone)} come from sections the page no longer has")
+    if new:
+        parts.append(f"it lacks {', '.join(new)}")
+    return "the recorded full run predates this version of the page: " + " and ".join(parts)
 
 
 def _display_path(p: Path) -> str:

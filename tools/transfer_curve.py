@@ -99,25 +99,25 @@ def load_encoder(bundle: Path | None, curve: str = "imdb-minilm", checkpoint: st
 
 def load_minilm(bundle: Path | None):
     """(encoder, tokenizer): from the package, or from a bundle's float16 weights."""
-    from lib.models import bert as B
+    from lib import minilm
+    from lib.models import bert
     if bundle is None:
-        return B.load_minilm(), B.minilm_tokenizer()
+        return minilm.load_minilm(), minilm.minilm_tokenizer()
     import torch
     from safetensors.torch import load
     from tokenizers import Tokenizer
     folder = bundle / "minilm"
-    cfg = B.BertConfig.from_hf(json.loads((folder / "config.json").read_text()))
-    model = B.BertModel(cfg)
+    cfg = bert.BertConfig.from_hf(json.loads((folder / "config.json").read_text()))
+    model = bert.BertModel(cfg)
     state = {k: v.to(torch.float32) for k, v in load(lzma.decompress((folder / "model.fp16.safetensors.xz").read_bytes())).items()}
-    B.load_hf_bert(model, state)
+    bert.load_hf_bert(model, state)
     return model.eval(), Tokenizer.from_file(str(folder / "tokenizer.json"))
 
 
 def make_bundle(out: Path, hp, xz_preset: int = 6) -> None:
     import torch
     from safetensors.torch import load_file, save
-    from lib import data
-    from lib.models import bert as B
+    from lib import data, minilm
     train_rows, test_rows = data.load_imdb("train"), data.load_imdb("test")
     test = finetune.balanced_sample(test_rows, hp.test_size, 12345) if hp.test_size < len(test_rows) else test_rows
     keep = ("text", "label")
@@ -126,7 +126,7 @@ def make_bundle(out: Path, hp, xz_preset: int = 6) -> None:
     (out / "minilm").mkdir(parents=True, exist_ok=True)
     with atomic_write(out / "imdb_rows.json.gz", "wb") as f:
         f.write(gzip.compress(json.dumps(blob).encode(), 6))
-    src = B.minilm_dir()
+    src = minilm.minilm_dir()
     for name in ("config.json", "tokenizer.json"):
         shutil.copyfile(src / name, out / "minilm" / name)
     half = {k: v.to(torch.float16) for k, v in load_file(str(src / "model.safetensors")).items()}

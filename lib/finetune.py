@@ -30,10 +30,10 @@ from lib.device import autocast
 from lib.validate import check_float, check_int
 
 __all__ = ["clean_review", "balanced_sample", "split_validation", "head_tail", "encode_reviews", "pad",
-           "classifier", "fine_tune", "predict", "accuracy", "frozen_features", "tfidf_features",
-           "logistic_regression", "steps_for", "FINE_TUNE_DROPOUT", "checkpoint_encoder", "imdb_curve_recipe", "nsmc_curve_recipe", "imdb_gpt_curve_recipe", "SPECIAL",
-           "class_logits", "curve_trials", "CurveData", "run_trial",
-           "run_trials", "select_by_validation", "baseline_rows", "curve_metrics", "run_curve"]
+           "classifier", "fine_tune", "lm_loss", "predict", "accuracy", "frozen_features", "tfidf_features",
+           "logistic_regression", "steps_for", "FINE_TUNE_DROPOUT", "checkpoint_encoder", "imdb_curve_recipe",
+           "nsmc_curve_recipe", "imdb_gpt_curve_recipe", "SPECIAL", "class_logits", "curve_trials", "CurveData",
+           "run_trial", "run_trials", "select_by_validation", "baseline_rows", "curve_metrics", "run_curve"]
 
 
 def clean_review(text: str) -> str:
@@ -99,7 +99,7 @@ def encode_reviews(tokenizer, rows: Sequence[dict], max_len: int, head: int,
                    special: tuple[str, str] = SPECIAL["bert"]) -> list[list[int]]:
     """Each row's ``text`` as subword ids cut head+tail to ``max_len``, between the two ``special``
     tokens (BERT's ``[CLS]``/``[SEP]`` by default), with a ``tokenizers.Tokenizer`` such as
-    ``lib.models.bert.minilm_tokenizer()`` or a course checkpoint's."""
+    ``lib.minilm.minilm_tokenizer()`` or a course checkpoint's."""
     tokenizer.no_truncation()
     tokenizer.no_padding()
     first, last = (tokenizer.token_to_id(t) for t in special)
@@ -190,9 +190,9 @@ def class_logits(model, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     return model(x, keep.bool())[0] if _is_gpt(model) else model(x, None, keep)
 
 
-def _lm_loss(model, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
-    """GPT-1's auxiliary loss L1: next-token cross-entropy over the real tokens of each input."""
-    lm_logits = model(x, keep.bool())[1]
+def lm_loss(lm_logits: torch.Tensor, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """GPT-1's auxiliary loss L1: next-token cross-entropy over the real tokens of each input
+    (``lm_logits`` ``(B, T, V)`` of the inputs ``x`` ``(B, T)``, ``keep`` True at real tokens)."""
     target = x[:, 1:].masked_fill(~keep[:, 1:].bool(), -100)
     return F.cross_entropy(lm_logits[:, :-1].flatten(0, 1).float(), target.flatten(), ignore_index=-100)
 
@@ -228,8 +228,10 @@ def fine_tune(model, seqs: Sequence[Sequence[int]], labels: Sequence[int], *, lr
 
     def step(m, batch):
         x, keep, target = batch
-        loss = F.cross_entropy(class_logits(m, x, keep).float(), target)
-        return (loss + aux_lm * _lm_loss(m, x, keep) if aux_lm else loss), {}
+        if not aux_lm:
+            return F.cross_entropy(class_logits(m, x, keep).float(), target), {}
+        logits, lm_logits = m(x, keep.bool())          # one pass gives both heads (GPT-1's L3)
+        return F.cross_entropy(logits.float(), target) + aux_lm * lm_loss(lm_logits, x, keep), {}
 
     train.fit(model, loader, optimizer=opt, scheduler=sched, step_fn=step, epochs=None, max_steps=steps,
               log_every=None, device=device, progress=False, seed=seed)
@@ -362,15 +364,17 @@ def nsmc_curve_recipe(mode: str | None = None):
 def imdb_gpt_curve_recipe(mode: str | None = None):
     """The course's GPT checkpoint (``gpt-imdb``) on IMDB (``tools/transfer_curve.py --curve imdb-gpt``):
     GPT-1's fine-tuning, ``[BOS] review [CLS]`` cut head+tail to the checkpoint's 128 positions, the
-    class read from the last token's state, and the auxiliary language-model loss (``aux_lm``)."""
+    class read from the last token's state, and the auxiliary language-model loss (``aux_lm``).
+    Sized for this course's 2-core CPU (every run reads 128 positions of each test review, about
+    three times a ko-bert run's): 2,000 test reviews, and the sizes recorded so far."""
     from lib import config
     return config.recipe(
         ci=dict(sizes=[100], seeds=[0], lrs={"pretrained": [3e-4], "random": [1e-3]}, val_size=100,
                 test_size=400, max_len=128, head=32, batch_size=16, epochs=4, min_steps=50, head_lr=1e-3,
                 emergence_sizes=[], all_labels=None, family="gpt", aux_lm=0.5),
-        full=dict(sizes=[100, 500, 2000], seeds=[0, 1, 2],
+        full=dict(sizes=[100, 500], seeds=[0, 1, 2],
                   lrs={"pretrained": [1e-4, 3e-4, 1e-3], "random": [3e-4, 1e-3, 3e-3]}, val_size=500,
-                  test_size=5000, max_len=128, head=32, batch_size=16, epochs=4, min_steps=50, head_lr=1e-3,
+                  test_size=2000, max_len=128, head=32, batch_size=16, epochs=4, min_steps=50, head_lr=1e-3,
                   emergence_sizes=[], all_labels=None, family="gpt", aux_lm=0.5),
         mode_=mode)
 

@@ -161,8 +161,13 @@ def test_gpt_checkpoint_curve_fine_tunes_with_the_auxiliary_lm_loss(monkeypatch,
         batch = next(iter(loader))
         seen.append((type(model).__name__, batch[0][:, 0].tolist(), batch[0], batch[1]))
         x, keep, y = batch
-        losses.append((kw["step_fn"](model, batch)[0].item(),
-                       torch.nn.functional.cross_entropy(finetune.class_logits(model, x, keep), y).item()))
+        model.eval()                          # no dropout: the two sides see the same pass
+        with torch.no_grad():
+            logits, lm_logits = model(x, keep.bool())
+            losses.append((kw["step_fn"](model, batch)[0].item(),
+                           torch.nn.functional.cross_entropy(logits, y).item(),
+                           finetune.lm_loss(lm_logits, x, keep).item()))
+        model.train()
         return real_fit(model, loader, **kw)
 
     monkeypatch.setattr(tc.finetune.train, "fit", spy_fit)
@@ -178,5 +183,6 @@ def test_gpt_checkpoint_curve_fine_tunes_with_the_auxiliary_lm_loss(monkeypatch,
         assert set(firsts) == {tok.bos_id}                                   # [BOS] review ...
         last = x[torch.arange(len(x)), keep.sum(1) - 1]
         assert set(last.tolist()) == {tok.cls_id}                            # ... [CLS]
-    assert all(total > task + 0.1 for total, task in losses)                 # + 0.5 x the LM loss (about log V)
+    for total, task, lm in losses:                                           # L3 = L2 + 0.5 L1
+        assert lm > 1.0 and total == pytest.approx(task + 0.5 * lm, rel=1e-5)
     assert (tmp_path / "results" / "07_gpt_imdb.json").is_file()

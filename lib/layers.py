@@ -40,7 +40,8 @@ import torch.nn.functional as F
 from lib.validate import check_int
 
 __all__ = ["sinusoidal_positional_encoding", "shift_matrix", "PositionalEncoding",
-           "PositionwiseFeedForward", "ResidualBlock", "layer_norm", "num_parameters", "ACTIVATIONS"]
+           "PositionwiseFeedForward", "ResidualBlock", "layer_norm", "num_parameters", "count_parameters",
+           "ACTIVATIONS"]
 
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "relu": F.relu, "gelu": F.gelu,
@@ -179,3 +180,11 @@ def num_parameters(module: nn.Module, exclude: Iterable[nn.Module] = ()) -> int:
         raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
     skip = {id(p) for m in exclude for p in m.parameters()}
     return sum(p.numel() for p in module.parameters() if id(p) not in skip)
+
+
+def count_parameters(model_class: Callable[..., nn.Module], cfg, exclude_embeddings: bool = False) -> int:
+    """``model_class(cfg).num_parameters(exclude_embeddings)`` without allocating a weight: the model
+    is built on PyTorch's ``meta`` device, where tensors have shapes but no storage (GPT-3's 175B
+    are counted in milliseconds)."""
+    with torch.device("meta"):
+        return model_class(cfg).num_parameters(exclude_embeddings)

@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from lib.models.albert import (PUBLISHED, AlbertConfig, AlbertForPreTraining, AlbertModel, copy_from_hf_albert,
-                               count_parameters)
+from lib.layers import count_parameters
+from lib.models.albert import PUBLISHED, AlbertConfig, AlbertForPreTraining, AlbertModel, copy_from_hf_albert
 from lib.models.bert import BertConfig, BertModel
 
 transformers = pytest.importorskip("transformers")
@@ -74,30 +74,30 @@ def test_parameter_counts_at_published_configs_equal_hugging_face(name):
         hf = transformers.AlbertModel(transformers.AlbertConfig(
             vocab_size=30000, embedding_size=128, hidden_size=cfg.hidden_size, num_hidden_layers=cfg.num_layers,
             num_attention_heads=cfg.num_heads, intermediate_size=cfg.intermediate_size))
-    assert count_parameters(cfg) == sum(p.numel() for p in hf.parameters())
+    assert count_parameters(AlbertModel, cfg) == sum(p.numel() for p in hf.parameters())
 
 
 def test_factorised_embedding_and_sharing_counts():
     cfg = AlbertConfig(**SMALL, sharing="none")
     V, E, H, P = SMALL["vocab_size"], SMALL["embedding_size"], SMALL["hidden_size"], SMALL["max_position"]
-    emb = count_parameters(cfg) - count_parameters(cfg, exclude_embeddings=True)
+    emb = count_parameters(AlbertModel, cfg) - count_parameters(AlbertModel, cfg, exclude_embeddings=True)
     assert emb == V * E + P * E + 2 * E + 2 * E + E * H + H        # tables, LayerNorm, projection
-    per_layer = (count_parameters(cfg) - count_parameters(AlbertConfig(**{**SMALL, "num_layers": 1}, sharing="none"))) // 2
+    per_layer = (count_parameters(AlbertModel, cfg) - count_parameters(AlbertModel, AlbertConfig(**{**SMALL, "num_layers": 1}, sharing="none"))) // 2
     attn = 4 * (H * H + H) + 2 * H
     ffn = (H * 48 + 48) + (48 * H + H) + 2 * H
     assert per_layer == attn + ffn
     L = SMALL["num_layers"]
-    none = count_parameters(cfg)
-    assert count_parameters(AlbertConfig(**SMALL, sharing="all")) == none - (L - 1) * (attn + ffn)
-    assert count_parameters(AlbertConfig(**SMALL, sharing="attention")) == none - (L - 1) * attn
-    assert count_parameters(AlbertConfig(**SMALL, sharing="ffn")) == none - (L - 1) * ffn
+    none = count_parameters(AlbertModel, cfg)
+    assert count_parameters(AlbertModel, AlbertConfig(**SMALL, sharing="all")) == none - (L - 1) * (attn + ffn)
+    assert count_parameters(AlbertModel, AlbertConfig(**SMALL, sharing="attention")) == none - (L - 1) * attn
+    assert count_parameters(AlbertModel, AlbertConfig(**SMALL, sharing="ffn")) == none - (L - 1) * ffn
 
 
 def test_no_sharing_with_full_width_embedding_is_bert():
     """E = H, no sharing, exact GELU: BERT plus one H x H projection."""
     cfg = AlbertConfig(**{**SMALL, "embedding_size": 32}, sharing="none", activation="gelu")
     bert = BertModel(BertConfig(**{k: v for k, v in SMALL.items() if k != "embedding_size"}))
-    assert count_parameters(cfg) == bert.num_parameters() + 32 * 32 + 32
+    assert count_parameters(AlbertModel, cfg) == bert.num_parameters() + 32 * 32 + 32
 
 
 @pytest.mark.parametrize("sharing", ["attention", "ffn"])

@@ -3,8 +3,8 @@ import pytest
 import torch
 
 from lib.kv_cache import KVCache
-from lib.models.gpt import (GPT, PUBLISHED, GPTClassifier, GPTConfig, count_parameters, hf_gpt2_table,
-                            hf_openai_gpt_table)
+from lib.layers import count_parameters
+from lib.models.gpt import GPT, PUBLISHED, GPTClassifier, GPTConfig, hf_gpt2_table, hf_openai_gpt_table
 from lib.models.reference import copy_weights
 
 transformers = pytest.importorskip("transformers")
@@ -90,17 +90,17 @@ def test_parameter_count_equals_gpt2_small():
         hf = transformers.GPT2Model(transformers.GPT2Config())
     n_hf = sum(p.numel() for p in hf.parameters())
     assert n_hf == 124_439_808
-    assert count_parameters(PUBLISHED["GPT-2 small"]) == n_hf
+    assert count_parameters(GPT, PUBLISHED["GPT-2 small"]) == n_hf
     cfg = PUBLISHED["GPT-2 small"]
     emb = (cfg.vocab_size + cfg.block_size) * cfg.n_embd
-    assert count_parameters(cfg, exclude_embeddings=True) == n_hf - emb
+    assert count_parameters(GPT, cfg, exclude_embeddings=True) == n_hf - emb
 
 
 def test_parameter_count_of_gpt1_equals_hugging_face():
     cfg = PUBLISHED["GPT-1"]
     with torch.device("meta"):
         hf = transformers.OpenAIGPTModel(transformers.OpenAIGPTConfig())
-    assert count_parameters(cfg) == sum(p.numel() for p in hf.parameters())
+    assert count_parameters(GPT, cfg) == sum(p.numel() for p in hf.parameters())
 
 
 def test_weight_tying_counts_once_and_shares_storage():

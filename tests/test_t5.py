@@ -7,9 +7,10 @@ import torch
 
 from lib import generate as gen
 from lib.data.span_corruption import noise_counts, noise_mask, span_corrupt, spans
+from lib.layers import count_parameters
 from lib.models.reference import copy_weights
-from lib.models.t5 import (PATTERNS, PUBLISHED, RMSNorm, T5, T5Config, count_parameters, hf_t5_table,
-                           mask_pattern, relative_position_bucket)
+from lib.models.t5 import (PATTERNS, PUBLISHED, RMSNorm, T5, T5Config, hf_t5_table, mask_pattern,
+                           relative_position_bucket)
 
 transformers = pytest.importorskip("transformers")
 HFAttention = transformers.models.t5.modeling_t5.T5Attention
@@ -131,14 +132,14 @@ def test_position_bias_lives_in_first_layers_only():
 
 
 def test_t5_small_parameter_count_equals_hf_t5model():
-    n_ours = count_parameters(PUBLISHED["T5-small"])
+    n_ours = count_parameters(T5, PUBLISHED["T5-small"])
     with torch.device("meta"):
         n_hf = sum(p.numel() for p in transformers.T5Model(transformers.T5Config()).parameters())
     assert n_ours == n_hf == 60_506_624
     # v1.1 layout: gated FFN and an untied output layer change the count as they should
     v11 = T5Config(feed_forward="gated-gelu", tie_word_embeddings=False)
-    assert count_parameters(v11) == n_ours + 12 * 512 * 2048 + 32128 * 512
-    assert count_parameters(PUBLISHED["T5-small"], exclude_embeddings=True) == n_ours - 32128 * 512
+    assert count_parameters(T5, v11) == n_ours + 12 * 512 * 2048 + 32128 * 512
+    assert count_parameters(T5, PUBLISHED["T5-small"], exclude_embeddings=True) == n_ours - 32128 * 512
 
 
 # ----------------------------------------------------------------------------- decoding

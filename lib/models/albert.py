@@ -30,7 +30,7 @@ Interface
 ``AlbertModel(cfg)(input_ids, token_type_ids=None, attention_mask=None)`` -> ``BertOutput``.
 ``AlbertForPreTraining(cfg)(..., mlm_labels=None, sop_labels=None)`` -> ``PreTrainingOutput``
     whose ``nsp_logits`` are the SOP logits (0 = in order, 1 = swapped, Hugging Face's labels).
-``count_parameters(cfg)``: ``AlbertModel(cfg).num_parameters()`` on the meta device (no memory).
+``lib.layers.count_parameters(AlbertModel, cfg)``: its parameters counted on the meta device (no memory).
 ``hf_albert_table(prefix="albert.", heads=True)`` and ``copy_from_hf_albert(ours, hf)``: weights
     of Hugging Face's ``AlbertForPreTraining`` (or ``AlbertModel`` with ``heads=False``).
 
@@ -51,7 +51,7 @@ from lib.models.reference import Source, copy_weights
 from lib.validate import check_choice, check_int, check_probability
 
 __all__ = ["AlbertConfig", "AlbertEmbeddings", "AlbertLayer", "AlbertEncoder", "AlbertModel",
-           "AlbertMLMHead", "AlbertForPreTraining", "PUBLISHED", "SHARING", "count_parameters",
+           "AlbertMLMHead", "AlbertForPreTraining", "PUBLISHED", "SHARING",
            "hf_albert_table", "copy_from_hf_albert"]
 
 SHARING = ("all", "attention", "ffn", "none")
@@ -198,11 +198,6 @@ class AlbertForPreTraining(BertForPreTraining):
         return super().forward(input_ids, token_type_ids, attention_mask, mlm_labels, sop_labels, only_masked,
                                **bert_kwargs)
 
-
-def count_parameters(cfg: AlbertConfig, exclude_embeddings: bool = False) -> int:
-    """``AlbertModel(cfg).num_parameters(...)`` without allocating the weights (meta device)."""
-    with torch.device("meta"):
-        return AlbertModel(cfg).num_parameters(exclude_embeddings)
 
 
 # ----------------------------------------------------------------------------- reference

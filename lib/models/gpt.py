@@ -57,7 +57,7 @@ from lib.kv_cache import KVCache
 from lib.models.reference import Source, split, transpose
 
 __all__ = ["GPTConfig", "MLP", "Block", "GPT", "GPTClassifier", "PUBLISHED",
-           "count_parameters", "hf_gpt2_table", "hf_openai_gpt_table"]
+           "hf_gpt2_table", "hf_openai_gpt_table"]
 
 
 @dataclass
@@ -290,11 +290,6 @@ class GPTClassifier(nn.Module):
         h_last = h[torch.arange(idx.shape[0], device=idx.device), last]
         return self.head(self.drop(h_last)), self.gpt.lm_head(h)
 
-
-def count_parameters(cfg: GPTConfig, exclude_embeddings: bool = False) -> int:
-    """The parameter count of ``GPT(cfg)`` without allocating it (on the meta device)."""
-    with torch.device("meta"):
-        return GPT(cfg).num_parameters(exclude_embeddings)
 
 
 # ----------------------------------------------------------------------------- references

@@ -60,7 +60,7 @@ from lib.models.reference import Source
 from lib.validate import check_bool, check_choice, check_int, check_tensor
 
 __all__ = ["T5Config", "PUBLISHED", "RMSNorm", "relative_position_bucket", "T5Attention", "FeedForward",
-           "EncoderLayer", "DecoderLayer", "Stack", "T5", "count_parameters", "hf_t5_table",
+           "EncoderLayer", "DecoderLayer", "Stack", "T5", "hf_t5_table",
            "mask_pattern", "PATTERNS"]
 
 FEED_FORWARD = ("relu", "gated-gelu")
@@ -420,11 +420,6 @@ class T5(nn.Module):
             loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100)
         return logits, loss
 
-
-def count_parameters(cfg: T5Config, exclude_embeddings: bool = False) -> int:
-    """The parameter count of ``T5(cfg)`` without allocating it (on the meta device)."""
-    with torch.device("meta"):
-        return T5(cfg).num_parameters(exclude_embeddings)
 
 
 # ----------------------------------------------------------------------------- attention patterns

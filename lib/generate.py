@@ -98,7 +98,7 @@ from lib.validate import check_bool, check_float, check_int, check_tensor
 
 __all__ = ["Generation", "greedy", "beam_search", "sample", "generate", "top_k_filter", "top_p_filter",
            "length_penalty", "apply_repetition_penalty", "block_repeated_ngrams", "reorder_cache",
-           "is_decoder_only"]
+           "is_decoder_only", "Stepper", "decode_loop"]
 
 
 @dataclasses.dataclass
@@ -198,7 +198,7 @@ def _reorder(obj: Any, index: torch.Tensor, batch_size: int, seen: set) -> Any:
     return obj
 
 
-class _Stepper:
+class Stepper:
     """Feeds a model one token at a time, with or without a cache; the same logits either way.
 
     ``prefix`` holds every token fed so far, starting with ``start`` ([BOS] or the prompt);
@@ -245,7 +245,7 @@ class _Stepper:
 
 
 def _start(model, inputs, *, bos_id, pad_id, pad_known, src_key_padding_mask, max_new_tokens, use_cache,
-           repeat: int = 1) -> _Stepper:
+           repeat: int = 1) -> Stepper:
     """Check the input for the model's kind, encode (encoder-decoder) and return a ready stepper;
     every row repeated ``repeat`` times (beam search)."""
     cfg = getattr(model, "cfg", None)
@@ -282,7 +282,7 @@ def _start(model, inputs, *, bos_id, pad_id, pad_known, src_key_padding_mask, ma
         raise ValueError(f"the model has max_len={max_len} positions but decoding needs {positions} "
                          f"(max_new_tokens={max_new_tokens}{'' if memory is not None else ' plus the prompt'}); "
                          "lower max_new_tokens")
-    return _Stepper(model, start.repeat_interleave(repeat, dim=0), memory, mask, use_cache, context_from)
+    return Stepper(model, start.repeat_interleave(repeat, dim=0), memory, mask, use_cache, context_from)
 
 
 # ----------------------------------------------------------------------------- repetition control
@@ -386,7 +386,7 @@ def _prepare(model, inputs, *, bos_id, eos_id, pad_id, max_new_tokens, min_new_t
 
 
 @torch.no_grad()
-def _decode_loop(stepper: _Stepper, choose, controls, *, eos_id, pad_id, max_new_tokens,
+def decode_loop(stepper: Stepper, choose, controls, *, eos_id, pad_id, max_new_tokens,
                  min_new_tokens) -> Generation:
     B, device = stepper.prefix.shape[0], stepper.prefix.device
     done = torch.zeros(B, dtype=torch.bool, device=device)
@@ -428,7 +428,7 @@ def greedy(model, inputs: torch.Tensor, *, eos_id: int | None, max_new_tokens: i
         min_new_tokens=min_new_tokens, use_cache=use_cache, src_key_padding_mask=src_key_padding_mask,
         repetition_penalty=repetition_penalty, no_repeat_ngram_size=no_repeat_ngram_size)
     with _eval_mode(model):
-        return _decode_loop(stepper, lambda logits: logits.argmax(dim=-1), controls, eos_id=eos_id,
+        return decode_loop(stepper, lambda logits: logits.argmax(dim=-1), controls, eos_id=eos_id,
                             pad_id=pad_id, max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens)
 
 
@@ -467,7 +467,7 @@ def sample(model, inputs: torch.Tensor, *, eos_id: int | None, max_new_tokens: i
         return torch.multinomial(probs, 1, generator=generator).squeeze(1)
 
     with _eval_mode(model):
-        return _decode_loop(stepper, choose, controls, eos_id=eos_id, pad_id=pad_id,
+        return decode_loop(stepper, choose, controls, eos_id=eos_id, pad_id=pad_id,
                             max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens)
 
 

@@ -7,7 +7,7 @@ XLNet's layer layout, which is what our model is.
 import pytest
 import torch
 
-from lib.attention import look_ahead_mask
+from lib.attention import look_ahead_mask, split_heads
 from lib.models.reference import copy_weights
 from lib.models.transformer_xl import (RelativeMultiHeadAttention, TransformerXL, TransformerXLConfig,
                                        hf_xlnet_table, rel_shift, relative_distances, relative_sinusoid,
@@ -52,7 +52,7 @@ def test_scores_equal_every_term_computed_directly(mem, bidirectional):
     attn = _randomise(RelativeMultiHeadAttention(D, H, D // H), seed=2)
     x, context = torch.randn(2, T, D, generator=g), torch.randn(2, K, D, generator=g)
     pos = relative_sinusoid(relative_distances(T, K, bidirectional), D)
-    q, k = attn._heads(attn.w_q(x)), attn._heads(attn.w_k(context))
+    q, k = split_heads(attn.w_q(x), attn.n_head), split_heads(attn.w_k(context), attn.n_head)
     r = attn.w_r(pos).unflatten(-1, (H, D // H)).transpose(0, 1)
     got = attn.scores(q, k, r)
     for i in range(T):

@@ -131,7 +131,7 @@ class Bart(TeacherForcing, nn.Module):
                 with torch.no_grad():
                     module.weight[module.padding_idx].zero_()
 
-    def _embed(self, ids: torch.Tensor, positions: nn.Embedding, norm: nn.LayerNorm, offset: int = 0) -> torch.Tensor:
+    def embed_inputs(self, ids: torch.Tensor, positions: nn.Embedding, norm: nn.LayerNorm, offset: int = 0) -> torch.Tensor:
         T = ids.shape[1]
         if offset + T > self.cfg.max_len:
             raise ValueError(f"positions {offset}..{offset + T - 1} exceed max_len={self.cfg.max_len}")
@@ -142,7 +142,7 @@ class Bart(TeacherForcing, nn.Module):
         check_tensor("src", src, dtype="int", dim=2, what="(batch, time)")
         if src_key_padding_mask is None:
             src_key_padding_mask = src != self.cfg.pad_id
-        return self.encoder(self._embed(src, self.enc_pos, self.enc_norm), key_padding_mask=src_key_padding_mask)
+        return self.encoder(self.embed_inputs(src, self.enc_pos, self.enc_norm), key_padding_mask=src_key_padding_mask)
 
     def decoder_states(self, tgt: torch.Tensor, memory: torch.Tensor,
                        memory_key_padding_mask: torch.Tensor | None = None, cache: KVCache | None = None,
@@ -153,7 +153,7 @@ class Bart(TeacherForcing, nn.Module):
                      what="(batch, S, d_model)")
         if cache is None:
             cache = KVCache(len(self.decoder.layers))
-        y = self._embed(tgt, self.dec_pos, self.dec_norm, offset=cache.length)
+        y = self.embed_inputs(tgt, self.dec_pos, self.dec_norm, offset=cache.length)
         h = self.decoder(y, memory, memory_key_padding_mask=memory_key_padding_mask,
                          tgt_key_padding_mask=tgt_key_padding_mask, cache=cache)
         return h, cache

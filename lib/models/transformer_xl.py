@@ -55,7 +55,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from lib.attention import look_ahead_mask, masked_softmax
+from lib.attention import look_ahead_mask, masked_softmax, split_heads
 from lib.layers import ACTIVATIONS, num_parameters
 from lib.models.reference import Source
 from lib.validate import check_int, check_tensor
@@ -147,9 +147,6 @@ class RelativeMultiHeadAttention(nn.Module):
             self.s = self.seg_embed = None
         self.drop = nn.Dropout(dropout)
 
-    def _heads(self, x: torch.Tensor) -> torch.Tensor:          # (B, T, H*dh) -> (B, H, T, dh)
-        return x.unflatten(-1, (self.n_head, self.d_head)).transpose(-3, -2)
-
     def scores(self, q: torch.Tensor, k: torch.Tensor, r: torch.Tensor,
                different_segment: torch.Tensor | None = None) -> torch.Tensor:
         """The scaled score ``(B, H, T, K)`` from projected heads: ``q (B, H, T, dh)``,
@@ -173,7 +170,7 @@ class RelativeMultiHeadAttention(nn.Module):
         segment; its last ``T`` rows are the positions of ``x``), ``pos (P, D)`` the table R of
         :func:`relative_sinusoid`. Returns the output ``(B, T, D)`` (before the residual) and
         the attention weights ``(B, H, T, K)``."""
-        q, k, v = self._heads(self.w_q(x)), self._heads(self.w_k(context)), self._heads(self.w_v(context))
+        q, k, v = (split_heads(t, self.n_head) for t in (self.w_q(x), self.w_k(context), self.w_v(context)))
         r = self.w_r(pos).unflatten(-1, (self.n_head, self.d_head)).transpose(0, 1)     # (H, P, dh)
         score = self.scores(q, k, r, different_segment)
         if mask is not None and mask.dim() == 3:

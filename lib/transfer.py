@@ -188,7 +188,8 @@ def curve_reading(rows, pretrained: str = "pretrained", other: str = "random", a
                   names: Mapping[str, str] | None = None, task: str | None = None,
                   metric: str | None = None) -> str:
     """ULMFiT's reading of a learning curve: "``pretrained`` at ``at`` labels is matched by ``other``
-    at about N labels (k times as many)", or "not reached at the largest size measured"."""
+    at about N labels (k times as many)", "not reached at the largest size measured", or matched
+    already at the smallest size measured (no saving of labels)."""
     names = dict(names or {})
     curve = dict(_curve(rows, pretrained, task, metric))
     if at not in curve:
@@ -196,6 +197,10 @@ def curve_reading(rows, pretrained: str = "pretrained", other: str = "random", a
     target = curve[at]
     need = labels_to_match(rows, target, other, task, metric)
     np_, no = names.get(pretrained, pretrained), names.get(other, other)
+    first_n, first_v = _curve(rows, other, task, metric)[0]
+    if first_v >= target and first_n <= at:
+        return (f"{np_} with {at:,} labels ({target:.3f}) is matched by {no} already at the smallest size "
+                f"measured, {first_n:,} labels ({first_v:.3f}): no saving of labels against {no} here.")
     if need is None:
         largest = max(n for n, _ in _curve(rows, other, task, metric))
         return (f"{np_} with {at:,} labels ({target:.3f}) is not reached by {no} at any measured size, "

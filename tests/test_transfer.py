@@ -69,6 +69,10 @@ def test_labels_to_match_interpolates_in_log_labels():
     assert transfer.labels_to_match(rows, 0.9, "random") is None
     rows += rows_of("pretrained", 64, [0.7])
     assert "about 128 labels, 2 times" in transfer.curve_reading(rows, at=64)
+    tfidf = rows_of("tfidf", 64, [0.75]) + rows_of("tfidf", 256, [0.85])
+    assert transfer.curve_reading(rows + tfidf, other="tfidf", at=64) == (
+        "pretrained with 64 labels (0.700) is matched by tfidf already at the smallest size measured, 64 labels "
+        "(0.750): no saving of labels against tfidf here.")
 
 
 def test_balanced_sample_is_balanced_nested_and_checked():

@@ -154,6 +154,16 @@ def test_chapters_are_committed_without_stray_outputs():
         assert strip_outputs.main(["--check", str(nb)]) == 0, f"{nb.name}: run tools/strip_outputs.py"
 
 
+def test_every_chapter_cell_has_a_unique_id():
+    """nbformat 4.5 cells carry an ``id`` (nbformat warns without one, and will refuse the notebook)."""
+    for path in sorted((ROOT / "chapters").glob("*.ipynb")):
+        nb = json.loads(path.read_text(encoding="utf-8"))
+        ids = [cell.get("id") for cell in nb["cells"]]
+        missing = [i for i, cid in enumerate(ids) if not cid]
+        assert not missing, f"{path.name}: cells {missing} have no id"
+        assert len(set(ids)) == len(ids), f"{path.name}: repeated cell ids"
+
+
 # ----------------------------------------------------------------------------- tools
 
 def make_notebook(path: Path, *sources: str) -> Path:

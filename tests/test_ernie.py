@@ -317,7 +317,7 @@ def test_pretraining_heads_equal_hugging_face():
     ids, types, tasks, mask = inputs(seed=1)
     labels = torch.full_like(ids, -100)
     labels[:, 2] = ids[:, 2]
-    nsp = torch.tensor([E.REAL, E.FAKE, E.REAL])
+    nsp = torch.tensor([dlg.REAL, dlg.FAKE, dlg.REAL])
     with torch.no_grad():
         a = ours(ids, types, mask, mlm_labels=labels, nsp_labels=nsp, task_type_ids=tasks)
         b = theirs(input_ids=ids, token_type_ids=types, task_type_ids=tasks, attention_mask=mask,

@@ -53,11 +53,6 @@ def test_strip_special():
     assert S.strip_special(torch.tensor([5, 0, 6]), cfg) == [5, 6]
 
 
-def test_seq2seq_uses_the_one_bucket_sampler():
-    from lib.train import LengthBucketSampler
-    assert S.LengthBucketSampler is LengthBucketSampler
-
-
 def test_fixed_context_decoder_has_exactly_the_extra_input_weights():
     att, fixed = make(True), make(False)
     H = att.cfg.hidden_dim

@@ -154,6 +154,19 @@ def test_chapters_are_committed_without_stray_outputs():
         assert strip_outputs.main(["--check", str(nb)]) == 0, f"{nb.name}: run tools/strip_outputs.py"
 
 
+def test_model_modules_re_export_nothing_from_data_or_train():
+    """lib.models sits beside lib.data and lib.train: a model module's public names are its own."""
+    import importlib
+    import pkgutil
+
+    import lib.models
+    for info in pkgutil.iter_modules(lib.models.__path__):
+        module = importlib.import_module(f"lib.models.{info.name}")
+        for name in getattr(module, "__all__", []):
+            origin = getattr(getattr(module, name), "__module__", None) or ""
+            assert not origin.startswith(("lib.data", "lib.train")), f"lib.models.{info.name}.{name} is {origin}'s"
+
+
 def test_every_chapter_cell_has_a_unique_id():
     """nbformat 4.5 cells carry an ``id`` (nbformat warns without one, and will refuse the notebook)."""
     for path in sorted((ROOT / "chapters").glob("*.ipynb")):

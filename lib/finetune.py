@@ -372,7 +372,7 @@ def imdb_gpt_curve_recipe(mode: str | None = None):
         ci=dict(sizes=[100], seeds=[0], lrs={"pretrained": [3e-4], "random": [1e-3]}, val_size=100,
                 test_size=400, max_len=128, head=32, batch_size=16, epochs=4, min_steps=50, head_lr=1e-3,
                 emergence_sizes=[], all_labels=None, family="gpt", aux_lm=0.5),
-        full=dict(sizes=[100, 500], seeds=[0, 1, 2],
+        full=dict(sizes=[100, 500, 1000], seeds=[0, 1, 2],
                   lrs={"pretrained": [1e-4, 3e-4, 1e-3], "random": [3e-4, 1e-3, 3e-3]}, val_size=500,
                   test_size=2000, max_len=128, head=32, batch_size=16, epochs=4, min_steps=50, head_lr=1e-3,
                   emergence_sizes=[], all_labels=None, family="gpt", aux_lm=0.5),

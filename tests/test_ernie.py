@@ -412,3 +412,21 @@ def test_fakes_from_other_text():
         texts = [t for _, t in d.turns]
         assert any(t in sentences for t in texts) == (d.fake_from == "text")
     assert all(d.fake_from == "dialogue" for d in dlg.make_dialogues(PAIRS, seed=0) if d.label == dlg.FAKE)
+
+
+def test_unit_index_and_units_from_index_round_trip():
+    index = km.unit_index(7, [(1, 3), (4, 7)], first=10)
+    assert index == [-1, 10, 10, -1, 11, 11, 11]
+    maskable = [True] * 7
+    assert km.units_from_index(index, maskable) == [(0, 1), (1, 3), (3, 4), (4, 7)]
+    # a special token (a separator) splits nothing into a unit and is never in one
+    maskable[5] = False
+    assert km.units_from_index(index, maskable) == [(0, 1), (1, 3), (3, 4), (4, 5), (6, 7)]
+    # a span cut by the sequence's edge keeps the part inside
+    assert km.units_from_index(index[2:], [True] * 5) == [(0, 1), (1, 2), (2, 5)]
+    with pytest.raises(ValueError, match="overlaps"):
+        km.unit_index(5, [(0, 3), (2, 4)])
+    with pytest.raises(ValueError, match="outside"):
+        km.unit_index(3, [(1, 4)])
+    with pytest.raises(ValueError, match="maskable 2"):
+        km.units_from_index([-1, -1, -1], [True, True])

@@ -1,5 +1,6 @@
 """tools.pretrain: no test review in the pretraining text, exact resume after an interruption,
 two processes equal to one at the same global batch, and what the output folder holds."""
+import dataclasses
 import json
 from pathlib import Path
 
@@ -8,6 +9,7 @@ import torch
 
 from lib import checkpoints, train
 from lib.train import distributed
+from lib.text import SubwordTokenizer
 from lib.train.checkpoint import read_checkpoint
 from tools import pretrain
 
@@ -191,3 +193,41 @@ def test_a_resumed_run_must_keep_its_settings(data_mirror, tmp_path):
     assert (tmp_path / "scratch" / "ko-bert-tiny" / "data" / "streams.pt").stat().st_mtime_ns == data
     with pytest.raises(SystemExit, match="separate"):
         pretrain.main(["ko-bert-tiny", "--out", str(tmp_path), "--scratch", str(tmp_path / "s")])
+
+
+def test_knowledge_masking_recipe_hides_whole_units_of_the_same_stream(data_mirror, tmp_path):
+    """ernie-ko's code at toy size: the same token stream as the token-masking recipe, phrase and
+    entity units aligned with it, whole units hidden at their level, and the run trains and loads."""
+    out, scratch = tmp_path / "out", tmp_path / "scratch"
+    pretrain.main(["ernie-ko-tiny", "--out", str(out), "--scratch", str(scratch)])
+    knowledge = pretrain.RECIPES["ernie-ko-tiny"]
+    data = torch.load(scratch / "ernie-ko-tiny" / "data" / "streams.pt", weights_only=True)
+    twin = dataclasses.replace(knowledge, name="twin", masking="token")
+    pretrain.prepare(twin, tmp_path / "twin")
+    token_data = torch.load(tmp_path / "twin" / "streams.pt", weights_only=True)
+    assert torch.equal(data["train"], token_data["train"]) and "train_phrase" not in token_data
+    tok = SubwordTokenizer.load(scratch / "ernie-ko-tiny" / "data" / "tokenizer.json")
+    sep = tok.sep_id
+    for level in ("phrase", "entity"):
+        units = data[f"train_{level}"]
+        assert units.shape == data["train"].shape
+        assert (units[data["train"] == sep] == -1).all() and (units >= 0).any()
+    ds = pretrain.make_dataset(knowledge, data, "train", tok, seed=0)
+    whole = 0
+    for index in range(60):
+        inputs, labels = ds[index]
+        level = ("basic", "phrase", "entity")[index % 3]
+        row = ds.units[level][index % len(ds.chunks)] if level != "basic" else None
+        hidden = (labels != -100).nonzero()[:, 0].tolist()
+        assert hidden and int(inputs[0]) == tok.cls_id and 0 not in hidden
+        if row is not None:         # every hidden unit is hidden whole (within the sequence)
+            for t in hidden:
+                u = int(row[t - 1])
+                if u >= 0:
+                    members = [p + 1 for p in (row == u).nonzero()[:, 0].tolist()]
+                    assert set(members) <= set(hidden)
+                    whole += len(members) > 1
+    assert whole > 0
+    assert checkpoints.load("ernie-ko-tiny", root=out).model.cfg.hidden_size == 32
+    with pytest.raises(ValueError, match="masking must be"):
+        dataclasses.replace(knowledge, masking="entity")

@@ -123,7 +123,14 @@ class Recipe:
     heldout_every: int = 100        # every 100th document is held out
     heldout_sequences: int = 256
     mask_prob: float = 0.15
+    masking: str = "token"          # bert-mlm: "token" (BERT) or "knowledge" (ERNIE 1.0's three levels)
     seed: int = 0
+
+    def __post_init__(self):
+        if self.masking not in ("token", "knowledge"):
+            raise ValueError(f"recipe {self.name}: masking must be 'token' or 'knowledge', got {self.masking!r}")
+        if self.masking == "knowledge" and self.kind != "bert-mlm":
+            raise ValueError(f"recipe {self.name}: knowledge masking is for bert-mlm, not {self.kind}")
 
     @property
     def tokens_per_step(self) -> int:
@@ -143,6 +150,11 @@ _BERT_4x256 = dict(hidden_size=256, num_layers=4, num_heads=4, intermediate_size
 RECIPES: dict[str, Recipe] = {r.name: r for r in [
     Recipe("ko-bert", "bert-mlm", "Korean BERT (4 layers x 256), masked LM only, on the NSMC crawl without any "
            "test review", corpus="nsmc", model=_BERT_4x256, heldout_sequences=512),
+    # ERNIE 1.0's knowledge masking on ko-bert's corpus, tokenizer, model, seed and schedule: the twin
+    # whose only difference from ko-bert is which tokens are hidden (chapter 13)
+    Recipe("ernie-ko", "bert-mlm", "Korean ERNIE (4 layers x 256): ko-bert's twin with knowledge masking (tokens, "
+           "phrases and entities in equal parts) on the NSMC crawl without any test review", corpus="nsmc",
+           model=_BERT_4x256, heldout_sequences=512, masking="knowledge"),
     Recipe("gpt-imdb", "gpt-lm", "GPT-2-style decoder (4 layers x 256) on IMDB's training and unlabelled reviews, "
            "never a test review", corpus="imdb", model=dict(n_layer=4, n_head=4, n_embd=256, dropout=0.0),
            seq_len=128, batch_size=32, tokens=24_000_000, heldout_sequences=512),
@@ -151,6 +163,10 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in [
            model=dict(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64), vocab_size=400,
            seq_len=32, batch_size=8, tokens=8 * 32 * 12, eval_every_tokens=8 * 32 * 4, log_every_tokens=8 * 32,
            heldout_every=10, heldout_sequences=16),
+    Recipe("ernie-ko-tiny", "bert-mlm", "test recipe: ernie-ko's code at toy size", corpus="nsmc-first-3000",
+           model=dict(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64), vocab_size=400,
+           seq_len=32, batch_size=8, tokens=8 * 32 * 12, eval_every_tokens=8 * 32 * 4, log_every_tokens=8 * 32,
+           heldout_every=10, heldout_sequences=16, masking="knowledge"),
     Recipe("gpt-imdb-tiny", "gpt-lm", "test recipe: gpt-imdb's code at toy size", corpus="nsmc-first-3000",
            model=dict(n_layer=2, n_head=2, n_embd=32, dropout=0.1), vocab_size=400, seq_len=32, batch_size=8,
            tokens=8 * 32 * 12, eval_every_tokens=8 * 32 * 4, log_every_tokens=8 * 32, heldout_every=10,
@@ -212,8 +228,37 @@ def _digest(texts: list[str]) -> str:
 
 
 def _data_fingerprint(recipe: Recipe) -> dict:
-    return {"corpus": recipe.corpus, "tokenizer": recipe.tokenizer, "vocab_size": recipe.vocab_size,
-            "lowercase": recipe.lowercase, "kind": recipe.kind, "heldout_every": recipe.heldout_every}
+    fingerprint = {"corpus": recipe.corpus, "tokenizer": recipe.tokenizer, "vocab_size": recipe.vocab_size,
+                   "lowercase": recipe.lowercase, "kind": recipe.kind, "heldout_every": recipe.heldout_every}
+    if recipe.masking != "token":           # (token masking needs no units: its old caches stay valid)
+        fingerprint["masking"] = recipe.masking
+    return fingerprint
+
+
+def unit_streams(docs: list[str], tok, chunk: int = 20_000, say: Callable[[str], None] = print
+                 ) -> dict[str, torch.Tensor]:
+    """The phrase and entity units of ``docs`` as streams aligned with their token stream (the tokens
+    of each document, then one separator): per token the number of the unit that covers it, -1 for
+    none and for the separators (:func:`lib.data.knowledge_masking.unit_index`). Kiwi reads the text
+    the tokenizer read, and the tokenizer's offsets point into that text, so a unit's character
+    span maps onto the tokens that overlap it."""
+    from lib.data import knowledge_masking as km
+    chunker = km.KoreanChunker(num_workers=-1)     # preparing the data runs alone: all cores
+    out: dict[str, list[int]] = {"phrase": [], "entity": []}
+    numbered = {"phrase": 0, "entity": 0}
+    start = time.perf_counter()
+    for s in range(0, len(docs), chunk):
+        texts = docs[s:s + chunk]
+        morphemes = chunker.analyse_batch(texts)
+        for enc, morphs in zip(tok.hf.encode_batch(texts, add_special_tokens=False), morphemes):
+            n = len(enc.ids)
+            for level, spans_of in (("phrase", km.phrase_spans), ("entity", km.entity_spans)):
+                spans = km.token_spans(enc.offsets, spans_of(morphs))
+                out[level] += [*km.unit_index(n, spans, first=numbered[level]), -1]
+                numbered[level] += len(spans)
+        say(f"  units: {min(s + chunk, len(docs)):,} of {len(docs):,} documents analysed "
+            f"({time.perf_counter() - start:.0f} s)")
+    return {level: torch.tensor(v, dtype=torch.int32) for level, v in out.items()}
 
 
 def prepare(recipe: Recipe, folder: Path) -> dict:
@@ -242,6 +287,13 @@ def prepare(recipe: Recipe, folder: Path) -> dict:
         return torch.tensor(ids, dtype=torch.int16 if tok.vocab_size < 2 ** 15 else torch.int32)
 
     streams = {"train": stream(training), "heldout": stream(heldout)}
+    if recipe.masking == "knowledge":
+        for part, docs in (("train", training), ("heldout", heldout)):
+            for level, units in unit_streams(docs, tok).items():
+                if len(units) != len(streams[part]):
+                    raise RuntimeError(f"the {level} units of the {part} documents have {len(units):,} entries "
+                                       f"for {len(streams[part]):,} tokens: the tokenizer and Kiwi disagree")
+                streams[f"{part}_{level}"] = units
     folder.mkdir(parents=True, exist_ok=True)
     tok.save(folder / "tokenizer.json")
     with atomic_write(folder / "streams.pt", "wb") as f:
@@ -279,6 +331,33 @@ class PackedMLM(torch.utils.data.Dataset):
         inputs, labels = mlm.mask_tokens(ids, self.tok.mask_id, self.tok.vocab_size, special_ids=self.special,
                                          mask_prob=self.mask_prob, generator=g)
         return inputs[0], labels[0]
+
+
+class PackedKnowledgeMLM(PackedMLM):
+    """ERNIE 1.0's knowledge masking on the packed stream: example ``index`` is masked at level
+    ``LEVELS[index % 3]`` (basic tokens, phrases, entities in equal parts, interleaved rather than in
+    ERNIE's successive stages), whole units chosen for 15 % of its tokens, then 80/10/10
+    (:func:`lib.data.knowledge_masking.mask_units`). Tokens, sequences and data order are those of
+    :class:`PackedMLM` on the same stream: only *which* tokens are hidden differs."""
+
+    def __init__(self, stream: torch.Tensor, seq_len: int, tok, seed: int, mask_prob: float,
+                 units: dict[str, torch.Tensor]):
+        super().__init__(stream, seq_len, tok, seed, mask_prob)
+        from lib.data import knowledge_masking as km
+        self.km = km
+        n = len(self.chunks)
+        self.units = {level: u[:n * (seq_len - 1)].long().view(n, seq_len - 1) for level, u in units.items()}
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        km, row = self.km, index % len(self.chunks)
+        ids = torch.cat([torch.tensor([self.tok.cls_id]), self.chunks[row]])
+        level = km.LEVELS[index % len(km.LEVELS)]
+        maskable = [i not in self.special for i in ids.tolist()]
+        index_of = [-1] + (self.units[level][row].tolist() if level != "basic" else [-1] * (len(ids) - 1))
+        g = torch.Generator().manual_seed(epoch_seed(self.seed, index))
+        return km.mask_units(ids, km.units_from_index(index_of, maskable), mask_id=self.tok.mask_id,
+                             vocab_size=self.tok.vocab_size, mask_prob=self.mask_prob, generator=g,
+                             num_special=max(self.special) + 1)
 
 
 class PackedLM(torch.utils.data.Dataset):
@@ -321,6 +400,14 @@ def lm_step(model, batch):
 
 STEP_FNS: dict[str, Callable] = {"bert-mlm": mlm_step, "gpt-lm": lm_step}
 DATASETS = {"bert-mlm": PackedMLM, "gpt-lm": PackedLM}
+
+
+def make_dataset(recipe: Recipe, streams: dict, part: str, tok, seed: int) -> torch.utils.data.Dataset:
+    """The training (``part="train"``) or held-out examples of a prepared run."""
+    if recipe.masking == "knowledge":
+        units = {level: streams[f"{part}_{level}"] for level in ("phrase", "entity")}
+        return PackedKnowledgeMLM(streams[part], recipe.seq_len, tok, seed, recipe.mask_prob, units)
+    return DATASETS[recipe.kind](streams[part], recipe.seq_len, tok, seed, recipe.mask_prob)
 
 
 @torch.no_grad()
@@ -371,8 +458,8 @@ def build_training(recipe: Recipe, data_folder: Path) -> tuple:
     from lib.text import SubwordTokenizer
     tok = SubwordTokenizer.load(data_folder / "tokenizer.json")
     streams = torch.load(data_folder / "streams.pt", weights_only=True)
-    dataset = DATASETS[recipe.kind](streams["train"], recipe.seq_len, tok, recipe.seed, recipe.mask_prob)
-    held = DATASETS[recipe.kind](streams["heldout"], recipe.seq_len, tok, recipe.seed + 1, recipe.mask_prob)
+    dataset = make_dataset(recipe, streams, "train", tok, recipe.seed)
+    held = make_dataset(recipe, streams, "heldout", tok, recipe.seed + 1)
     held_items = [held[i] for i in range(min(recipe.heldout_sequences, len(held)))]
     heldout = [tuple(torch.stack(t) for t in zip(*held_items[i:i + 64])) for i in range(0, len(held_items), 64)]
     sampler = train.GlobalBatchSampler(len(dataset), recipe.batch_size, recipe.seed, tag_epoch=True)

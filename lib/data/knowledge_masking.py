@@ -220,10 +220,14 @@ class KoreanChunker:
     the two span functions. ``analyse(text)`` gives :class:`Morpheme` s, ``phrases(text)`` and
     ``entities(text)`` character spans, ``analyse_batch(texts)`` the morphemes of many texts."""
 
-    def __init__(self):
+    def __init__(self, num_workers: int = -1):
         from kiwipiepy import Kiwi
 
-        self.kiwi = Kiwi(num_workers=-1)        # -1: analyse in this thread (the machine is shared)
+        check_int("num_workers", num_workers, -1)
+        # Kiwi's threads: -1 all cores, n >= 1 that many; 0 this thread only (then analyse_batch reads
+        # one text after another: Kiwi's batch call needs worker threads)
+        self.kiwi = Kiwi(num_workers=num_workers)
+        self.num_workers = num_workers
 
     @staticmethod
     def _convert(tokens) -> list[Morpheme]:
@@ -239,6 +243,8 @@ class KoreanChunker:
         for i, t in enumerate(texts):
             if not isinstance(t, str):
                 raise TypeError(f"texts[{i}] must be a str, got {type(t).__name__}")
+        if self.num_workers == 0:
+            return [self.analyse(t) for t in texts]
         return [self._convert(toks) for toks in self.kiwi.tokenize(texts)]
 
     def phrases(self, text: str) -> list[tuple[int, int]]:
@@ -267,6 +273,42 @@ def token_spans(offsets: Sequence[tuple[int, int]], spans: Sequence[tuple[int, i
             continue
         out.append((idx[0] + shift, idx[-1] + 1 + shift))
     return _merge(out)
+
+
+def unit_index(num_tokens: int, spans: Sequence[tuple[int, int]], first: int = 0) -> list[int]:
+    """Per token, the number of the span ``[i, j)`` that covers it (``first``, ``first + 1``, ...
+    in the order of ``spans``), -1 where none does: the form in which a packed token stream keeps
+    its units (:func:`units_from_index` reads them back). Spans must not overlap."""
+    check_int("num_tokens", num_tokens, 0)
+    index = [-1] * num_tokens
+    for k, (i, j) in enumerate(spans):
+        if not 0 <= i < j <= num_tokens:
+            raise ValueError(f"span ({i}, {j}) is outside the {num_tokens} tokens")
+        if any(index[t] != -1 for t in range(i, j)):
+            raise ValueError(f"span ({i}, {j}) overlaps an earlier span")
+        index[i:j] = [first + k] * (j - i)
+    return index
+
+
+def units_from_index(index: Sequence[int], maskable: Sequence[bool]) -> list[tuple[int, int]]:
+    """The masking units of a sequence cut from a packed stream: every run of maskable tokens
+    that share one span number (>= 0) is a unit, and every other maskable token a unit of its own.
+    A span cut by the sequence's edge keeps the part inside it; special tokens are never in a unit."""
+    if len(index) != len(maskable):
+        raise ValueError(f"index has {len(index)} entries, maskable {len(maskable)}")
+    units: list[tuple[int, int]] = []
+    t, n = 0, len(index)
+    while t < n:
+        if not maskable[t]:
+            t += 1
+            continue
+        j = t + 1
+        if index[t] >= 0:
+            while j < n and maskable[j] and index[j] == index[t]:
+                j += 1
+        units.append((t, j))
+        t = j
+    return units
 
 
 @dataclass

@@ -430,3 +430,38 @@ def test_unit_index_and_units_from_index_round_trip():
         km.unit_index(3, [(1, 4)])
     with pytest.raises(ValueError, match="maskable 2"):
         km.units_from_index([-1, -1, -1], [True, True])
+
+
+def test_cloze_items_draw_one_whole_unit_per_example_and_scores_count_right_tokens():
+    ex = [km.KnowledgeExample(ids=[2, 10, 11, 12, 13, 3], phrases=[(1, 3), (3, 4)], entities=[(2, 5)]),
+          km.KnowledgeExample(ids=[2, 20, 21, 3], phrases=[(1, 2)], entities=[]),
+          km.KnowledgeExample(ids=[2, 30, 31, 32, 3], phrases=[(1, 4)], entities=[(1, 3)])]
+    phrase = km.cloze_items(ex, "phrase", seed=0)
+    assert [it.span for it in phrase] == [(1, 3), (1, 4)]             # only units of 2 tokens or more
+    assert km.cloze_items(ex, "phrase", seed=5) == km.cloze_items(ex, "phrase", seed=5)
+    assert [it.span for it in km.cloze_items(ex, "entity")] == [(2, 5), (1, 3)]
+    basic = km.cloze_items(ex, "basic", seed=1)
+    assert len(basic) == 3 and all(it.span[1] - it.span[0] == 1 and 1 <= it.span[0] < len(it.ids) - 1
+                                   for it in basic)
+    mask_id, vocab = 4, 40
+
+    def oracle(wrong: set[int]):      # restores every hidden token except the ids in ``wrong``
+        seen = []
+
+        def fn(inputs, attention):
+            batch = phrase[len(seen):len(seen) + len(inputs)]
+            seen.extend(batch)
+            truth = torch.zeros(inputs.shape, dtype=torch.long)
+            for b, it in enumerate(batch):
+                truth[b, :len(it.ids)] = torch.tensor(it.ids)
+                i, j = it.span
+                assert (inputs[b, i:j] == mask_id).all() and attention[b, :len(it.ids)].all()
+            truth[torch.isin(truth, torch.tensor(sorted(wrong) or [-1]))] = 5
+            return torch.nn.functional.one_hot(truth, vocab).float()
+        return fn
+
+    assert km.cloze_scores(oracle(set()), phrase, mask_id=mask_id) == {"tokens": [1.0, 1.0], "whole": [1.0, 1.0]}
+    scores = km.cloze_scores(oracle({11, 31}), phrase, mask_id=mask_id, batch_size=1)
+    assert scores["tokens"] == pytest.approx([0.5, 2 / 3]) and scores["whole"] == [0.0, 0.0]
+    with pytest.raises(ValueError, match="items is empty"):
+        km.cloze_scores(oracle(set()), [], mask_id=mask_id)

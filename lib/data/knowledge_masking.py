@@ -322,15 +322,19 @@ class KnowledgeExample:
 
 
 def prepare(texts: Sequence[str], tokenizer, chunker: KoreanChunker, max_len: int = 64,
-            morphemes: Sequence[Sequence[Morpheme]] | None = None) -> list[KnowledgeExample]:
-    """Tokenise and analyse ``texts`` (a WordPiece :class:`lib.text.SubwordTokenizer`).
+            morphemes: Sequence[Sequence[Morpheme]] | None = None, cjk_spacing: bool = True
+            ) -> list[KnowledgeExample]:
+    """Tokenise and analyse ``texts`` (a :class:`lib.text.SubwordTokenizer`, WordPiece or BPE).
 
-    Each text is normalised the tokenizer's way, then :func:`space_cjk`; Kiwi and WordPiece
-    read the same string, so the character spans line up with the token offsets. Texts are
-    cut to ``max_len`` ids including ``[CLS]`` and ``[SEP]``. ``morphemes`` (one list per
-    text) skips the analysis when given."""
+    Each text is normalised the tokenizer's way, then :func:`space_cjk` (``cjk_spacing=False``
+    skips it: for a tokenizer, like the course checkpoints', that read the text without it);
+    Kiwi and the tokenizer read the same string, so the character spans line up with the token
+    offsets. Texts are cut to ``max_len`` ids including ``[CLS]`` and ``[SEP]``. ``morphemes``
+    (one list per text) skips the analysis when given."""
     check_int("max_len", max_len, 3)
-    texts = [space_cjk(tokenizer.normalize(t)) for t in texts]
+    texts = [tokenizer.normalize(t) for t in texts]
+    if cjk_spacing:
+        texts = [space_cjk(t) for t in texts]
     if morphemes is None:
         morphemes = chunker.analyse_batch(texts)
     elif len(morphemes) != len(texts):
@@ -451,3 +455,65 @@ def collate(examples: Sequence[KnowledgeExample], levels: str | Sequence[str], *
                               generator=generator)
         input_ids[b, :len(x)], labels[b, :len(y)], attention_mask[b, :len(x)] = x, y, True
     return {"input_ids": input_ids, "attention_mask": attention_mask, "mlm_labels": labels}
+
+
+# ----------------------------------------------------------------------------- the cloze test
+
+@dataclass(frozen=True)
+class ClozeItem:
+    """One cloze question: ``ids`` (``[CLS] ... [SEP]``) with the tokens ``span = (i, j)`` to be
+    hidden together and restored from the rest of the review."""
+    ids: tuple[int, ...]
+    span: tuple[int, int]
+    level: str
+
+
+def cloze_items(examples: Sequence[KnowledgeExample], level: str, seed: int = 0,
+                min_tokens: int = 2) -> list[ClozeItem]:
+    """ERNIE's cloze test as a measurement: from every example with a unit of ``level`` of at least
+    ``min_tokens`` tokens, one such unit drawn at random (seeded), to be masked whole.
+    ``"basic"``: one ordinary token per example (``min_tokens`` does not apply). Examples without
+    such a unit give no item, so two models are always compared on the same items."""
+    check_choice("level", level, LEVELS)
+    check_int("min_tokens", min_tokens, 1)
+    g = torch.Generator().manual_seed(seed)
+    items = []
+    for ex in examples:
+        if level == "basic":
+            units = [(t, t + 1) for t in range(1, len(ex.ids) - 1)]
+        else:
+            units = [(i, j) for i, j in (ex.phrases if level == "phrase" else ex.entities) if j - i >= min_tokens]
+        if units:
+            k = int(torch.randint(len(units), (1,), generator=g))
+            items.append(ClozeItem(tuple(ex.ids), units[k], level))
+    return items
+
+
+@torch.no_grad()
+def cloze_scores(logits_fn, items: Sequence[ClozeItem], *, mask_id: int, pad_id: int = 0,
+                 batch_size: int = 128) -> dict[str, list[float]]:
+    """Every item's unit replaced by ``[MASK]`` s and predicted, each token by the argmax of
+    ``logits_fn(input_ids, attention_mask) -> (B, T, V)``: per item, ``"tokens"`` the share of the
+    unit's tokens restored and ``"whole"`` 1.0 when all of them are (else 0.0)."""
+    items = list(items)
+    if not items:
+        raise ValueError("items is empty: no example had a unit of that level")
+    out: dict[str, list[float]] = {"tokens": [], "whole": []}
+    for s in range(0, len(items), batch_size):
+        chunk = items[s:s + batch_size]
+        T = max(len(it.ids) for it in chunk)
+        ids = torch.full((len(chunk), T), pad_id, dtype=torch.long)
+        hidden = torch.zeros((len(chunk), T), dtype=torch.bool)
+        for b, it in enumerate(chunk):
+            ids[b, :len(it.ids)] = torch.tensor(it.ids)
+            hidden[b, it.span[0]:it.span[1]] = True
+        answers = ids.clone()
+        attention = ids != pad_id
+        attention[:, 0] = True
+        inputs = ids.masked_fill(hidden, mask_id)
+        pred = logits_fn(inputs, attention).argmax(-1).cpu()
+        right = (pred == answers) & hidden
+        n = hidden.sum(1)
+        out["tokens"] += (right.sum(1) / n).tolist()
+        out["whole"] += (right.sum(1) == n).float().tolist()
+    return out

@@ -325,3 +325,24 @@ def load(name: str, config: Any = None, root: str | os.PathLike | None = None) -
     tokenizer = SubwordTokenizer.load(path(name, "tokenizer", root)) if "tokenizer" in entry.files else None
     card = json.loads(path(name, "card", root).read_text(encoding="utf-8")) if "card" in entry.files else meta
     return Checkpoint(name, model.eval(), tokenizer, card, entry)
+
+
+def tokens_seen(name: str, root: str | os.PathLike | None = None) -> int:
+    """How many tokens checkpoint or snapshot ``name`` read in pretraining (its card, or for a
+    snapshot the metadata of its weights file), every file checked as :func:`load` checks it."""
+    card = load(name, root=root).card
+    return int(card["training"]["tokens_seen"] if "training" in card else card["tokens_seen"])
+
+
+def snapshots(name: str, root: str | os.PathLike | None = None) -> list[str]:
+    """The registered snapshots of checkpoint ``name`` (``"ko-bert@3M"`` ...), fewest tokens first;
+    the final checkpoint itself is not among them."""
+    names = [n for n in registry(root) if n.startswith(name + "@")]
+    return sorted(names, key=lambda n: tokens_seen(n, root))
+
+
+def along_the_run(name: str, root: str | os.PathLike | None = None) -> dict[int, str]:
+    """Tokens read -> name, for the snapshots of ``name`` and, once it is registered, the final
+    checkpoint: the points at which two twin runs can be compared."""
+    names = [*snapshots(name, root), *([name] if name in registry(root) else [])]
+    return {tokens_seen(n, root): n for n in names}

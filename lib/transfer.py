@@ -184,6 +184,27 @@ def verdict(rows, a: str, b: str, labels: int, names: Mapping[str, str] | None =
     return f"{head}; {diff}: not distinguishable from the noise at this size."
 
 
+def item_verdict(a: Sequence[float], b: Sequence[float], name_a: str, name_b: str, what: str) -> str:
+    """One sentence comparing two models scored on the same items (``a[i]`` and ``b[i]`` are the two
+    models' scores on item ``i``, each in [0, 1]): both means in percent, the mean paired difference in
+    points with its standard error over the items, and whether it is clearly outside the noise (more
+    than two standard errors). ``what`` names the items ("held-out entities restored whole")."""
+    a, b = [float(x) for x in a], [float(x) for x in b]
+    if len(a) != len(b) or not a:
+        raise ValueError(f"a and b must score the same items: got {len(a)} and {len(b)} scores")
+    mean, se = _mean_se([x - y for x, y in zip(a, b)])
+    head = (f"{what} ({len(a):,} items): {name_a} {100 * sum(a) / len(a):.1f}%, {name_b} {100 * sum(b) / len(b):.1f}%; "
+            f"difference {_points(mean)}" + (f" ± {100 * se:.1f}" if se == se else "") + " points (paired over the items)")
+    if se != se:
+        return f"{head}: one item, no standard error."
+    if se == 0 and mean == 0:
+        return f"{head}: the two agree on every item."
+    if se == 0 or abs(mean) > 2 * se:
+        side = "ahead" if mean > 0 else "behind"
+        return f"{head}: {name_a} is clearly {side}" + ("" if se == 0 else f", {abs(mean) / se:.0f} standard errors") + "."
+    return f"{head}: not distinguishable from the noise."
+
+
 def curve_reading(rows, pretrained: str = "pretrained", other: str = "random", at: int = 64,
                   names: Mapping[str, str] | None = None, task: str | None = None,
                   metric: str | None = None) -> str:

@@ -185,7 +185,7 @@ def test_every_repository_checkpoint_loads_with_its_tokenizer_and_card():
     for name in entries:
         ckpt = checkpoints.load(name)
         assert ckpt.tokenizer is not None and ckpt.tokenizer.vocab_size == ckpt.info.config["vocab_size"]
-        read[name] = ckpt.card["training"]["tokens_seen"] if "training" in ckpt.card else ckpt.card["tokens_seen"]
+        read[name] = checkpoints.tokens_seen(name)
     for name, tokens in read.items():
         base = name.split("@")[0]
         if "@" in name and base in read:

@@ -135,6 +135,8 @@ def test_output_has_weights_tokenizer_card_and_registry_and_no_optimizer_state(d
     assert ckpt.tokenizer.encode("영화 정말 재밌다") == result["tokenizer"].encode("영화 정말 재밌다")
     snap = checkpoints.load("ko-bert-tiny@1024", root=out)
     assert snap.card["tokens_seen"] == 1024
+    assert checkpoints.along_the_run("ko-bert-tiny", out) == {1024: "ko-bert-tiny@1024", 3072: "ko-bert-tiny"}
+    assert checkpoints.snapshots("ko-bert-tiny", out) == ["ko-bert-tiny@1024"]
     assert "# ko-bert-tiny" in (out / "ko-bert-tiny" / "card.md").read_text()
     # the same command once the schedule has ended writes the same checkpoint again
     before = checkpoints.info("ko-bert-tiny", out).files["weights"].sha256

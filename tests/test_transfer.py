@@ -163,3 +163,16 @@ def test_emergence_reading_says_when_no_amount_helps():
     assert transfer.emergence_reading(table, 100).endswith("at no amount of pretraining measured is it clearly positive.")
     ax = transfer.emergence_plot(table)
     assert ax.get_xscale() == "log" and len(ax.lines) >= 2
+
+
+def test_item_verdict_pairs_the_items():
+    a = [1.0] * 60 + [0.0] * 40
+    b = [1.0] * 40 + [0.0] * 60            # b is right on a subset of a's items: differences 0 or +1
+    text = transfer.item_verdict(a, b, "knowledge", "token", "entities restored whole")
+    assert "entities restored whole (100 items): knowledge 60.0%, token 40.0%" in text
+    assert "+20.0 ± 4.0 points" in text and "clearly ahead, 5 standard errors" in text
+    assert "not distinguishable" in transfer.item_verdict([1, 0, 1, 0, 1], [0, 1, 1, 0, 0], "x", "y", "items")
+    assert "agree on every item" in transfer.item_verdict([1, 0], [1, 0], "x", "y", "items")
+    assert "clearly behind" in transfer.item_verdict(b, a, "token", "knowledge", "entities")
+    with pytest.raises(ValueError, match="same items"):
+        transfer.item_verdict([1.0], [1.0, 0.0], "x", "y", "items")

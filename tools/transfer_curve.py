@@ -9,6 +9,8 @@ Three curves (``--curve``):
   the course's NSMC split, recorded in ``results/08_bert_nsmc.json``, with the *emergence* runs: the
   snapshots saved along its pretraining (``ko-bert@3M`` ...), fine-tuned at the recipe's
   ``emergence_sizes``, each with its learning rate chosen on the validation split;
+* ``nsmc-ernie-ko`` (chapter 13): ``ernie-ko`` (ko-bert's twin pretrained with ERNIE's knowledge
+  masking) and its snapshots on the same split, recorded in ``results/13_ernie_nsmc.json``;
 * ``imdb-gpt`` (chapter 7): the course's GPT checkpoint (``python -m tools.pretrain gpt-imdb``) on
   IMDB with GPT-1's fine-tuning (the auxiliary language-model loss), recorded in
   ``results/07_gpt_imdb.json``.
@@ -50,6 +52,10 @@ CURVES = {
     "imdb-minilm": dict(chapter="08_bert_transfer", task="imdb", model="minilm", recipe=finetune.imdb_curve_recipe),
     "nsmc-ko-bert": dict(chapter="08_bert_nsmc", task="nsmc", model="ko-bert", recipe=finetune.nsmc_curve_recipe),
     "imdb-gpt": dict(chapter="07_gpt_imdb", task="imdb", model="gpt-imdb", recipe=finetune.imdb_gpt_curve_recipe),
+    # ko-bert's twin with ERNIE's knowledge masking (chapter 13): the same split, draws and grid as
+    # nsmc-ko-bert, so its runs pair with ko-bert's seed by seed; its random-weight arm and baselines
+    # would be ko-bert's exactly (same tokenizer and configuration), so they are not run twice
+    "nsmc-ernie-ko": dict(chapter="13_ernie_nsmc", task="nsmc", model="ernie-ko", recipe=finetune.nsmc_curve_recipe),
 }
 
 
@@ -58,22 +64,16 @@ def recipe(mode: str | None = None, curve: str = "imdb-minilm"):
 
 
 def snapshots(model: str) -> list[str]:
-    """The registered emergence snapshots of checkpoint ``model`` (``"ko-bert@3M"`` ...), fewest tokens first."""
+    """The registered emergence snapshots of checkpoint ``model``, fewest tokens first."""
     from lib import checkpoints
-    names = [n for n in checkpoints.registry() if n.startswith(model + "@")]
-    return sorted(names, key=lambda n: tokens_seen(checkpoints.load(n).card))
-
-
-def tokens_seen(card: dict) -> int:
-    """Tokens a course checkpoint (its card.json) or snapshot (its weights' metadata) read in pretraining."""
-    return int(card["training"]["tokens_seen"] if "training" in card else card["tokens_seen"])
+    return checkpoints.snapshots(model)
 
 
 # ----------------------------------------------------------------------------- data and weights
 
 def load_rows(bundle: Path | None, hp, curve: str = "imdb-minilm"):
     """(training rows, test rows) of the curve's task: dicts with ``text`` and ``label``."""
-    if curve == "nsmc-ko-bert":
+    if curve in ("nsmc-ko-bert", "nsmc-ernie-ko"):
         from lib.data import nsmc
         split = nsmc.sentiment_split()
         return split.train, split.test
@@ -253,18 +253,26 @@ def merge(hp, trials: list[dict], baselines: tuple[list[dict], dict], all_labels
     spec = CURVES[curve]
     main = [t for t in trials if t.get("checkpoint") is None]
     metrics = finetune.curve_metrics(hp, main, baselines, spec["task"], spec["model"])
-    later = sorted({t["checkpoint"] for t in trials if t.get("checkpoint") is not None}, key=str)
-    if later:
-        from lib import checkpoints
-        rows, chosen = [], {}
-        for name in later:
-            r, c = finetune.select_by_validation([t for t in trials if t.get("checkpoint") == name],
-                                                 spec["task"], name)
-            rows += r
-            chosen[name] = c["pretrained"]
-        tokens = {name: tokens_seen(checkpoints.load(name).card) for name in [*later, spec["model"]]}
-        metrics["emergence"] = {"transfer": rows, "lr_choice": chosen, "tokens": tokens}
+    if any(t.get("checkpoint") is not None for t in trials):
+        metrics["emergence"] = emergence_metrics(trials, curve)
     return {**metrics, **({"all_labels": all_labels} if all_labels else {})}
+
+
+def emergence_metrics(trials: list[dict], curve: str) -> dict:
+    """The runs from the snapshots: their transfer rows (``model`` the snapshot's name), the learning
+    rates chosen on the validation split and the tokens each snapshot (and the final model, when
+    registered) had read."""
+    from lib import checkpoints
+    spec = CURVES[curve]
+    later = sorted({t["checkpoint"] for t in trials if t.get("checkpoint") is not None}, key=str)
+    rows, chosen = [], {}
+    for name in later:
+        r, c = finetune.select_by_validation([t for t in trials if t.get("checkpoint") == name], spec["task"], name)
+        rows += r
+        chosen[name] = c["pretrained"]
+    names = [*later, *([spec["model"]] if spec["model"] in checkpoints.registry() else [])]
+    return {"transfer": rows, "lr_choice": chosen,
+            "tokens": {name: checkpoints.tokens_seen(name) for name in names}}
 
 
 # ----------------------------------------------------------------------------- command line
@@ -287,8 +295,12 @@ def main(argv=None) -> int:
     ap.add_argument("--record", action="store_true", help="merge: record in results/ (with the recipe's mode)")
     ap.add_argument("--only", default=None,
                     help="trials: only these, comma-separated: random, pretrained, or a snapshot's name (ko-bert@3M)")
+    ap.add_argument("--snapshots-only", action="store_true",
+                    help="merge: only the snapshots' runs (the emergence part), before the final checkpoint exists")
     args = ap.parse_args(argv)
     curve = args.curve
+    if args.snapshots_only and args.command != "merge":
+        ap.error("--snapshots-only goes with merge")
     if args.out is None:
         args.out = Path("_build/transfer_curve" if curve == "imdb-minilm" else f"_build/curve-{curve}")
     hp = recipe(args.mode, curve)
@@ -326,14 +338,20 @@ def main(argv=None) -> int:
             if not files:
                 ap.error(f"no trials-*.json in {args.out}: run the trials first")
             trials = list({_key(t): t for f in files for t in json.loads(Path(f).read_text())}.values())
-            b = json.loads((args.out / "baselines.json").read_text())
-            base = (b["rows"], b["chosen"])
-            al = args.out / "all_labels.json"
-            every = json.loads(al.read_text()) if al.is_file() else None
-        expected = len(all_trials(hp, curve))
-        if len(trials) != expected:
-            raise SystemExit(f"{len(trials)} trials found, the recipe has {expected}: a shard is missing")
-        metrics = merge(hp, trials, base, every, curve)
+            if args.snapshots_only:
+                trials = [t for t in trials if t.get("checkpoint") is not None]
+            else:
+                b = json.loads((args.out / "baselines.json").read_text())
+                base = (b["rows"], b["chosen"])
+                al = args.out / "all_labels.json"
+                every = json.loads(al.read_text()) if al.is_file() else None
+        expected = [t for t in all_trials(hp, curve) if t.get("checkpoint") is not None or not args.snapshots_only]
+        if len(trials) != len(expected):
+            raise SystemExit(f"{len(trials)} trials found, the recipe has {len(expected)}: a shard is missing")
+        if args.snapshots_only:
+            metrics = {"emergence": emergence_metrics(trials, curve)}
+        else:
+            metrics = merge(hp, trials, base, every, curve)
         _write(args.out / "merged.json", metrics)
         if args.record or args.command == "all":
             notes = os.environ.get("COURSE_RUN_NOTES", "")

@@ -184,16 +184,23 @@ def verdict(rows, a: str, b: str, labels: int, names: Mapping[str, str] | None =
     return f"{head}; {diff}: not distinguishable from the noise at this size."
 
 
-def item_verdict(a: Sequence[float], b: Sequence[float], name_a: str, name_b: str, what: str) -> str:
-    """One sentence comparing two models scored on the same items (``a[i]`` and ``b[i]`` are the two
-    models' scores on item ``i``, each in [0, 1]): both means in percent, the mean paired difference in
-    points with its standard error over the items, and whether it is clearly outside the noise (more
-    than two standard errors). ``what`` names the items ("held-out entities restored whole")."""
+def item_difference(a: Sequence[float], b: Sequence[float]) -> dict[str, float]:
+    """Two models scored on the same items (``a[i]`` and ``b[i]``: their scores on item ``i``, in
+    [0, 1]): ``{"a", "b"}`` their means, ``"mean"`` the mean paired difference ``a - b``, ``"se"`` its
+    standard error over the items (NaN for one item) and ``"n"`` the number of items."""
     a, b = [float(x) for x in a], [float(x) for x in b]
     if len(a) != len(b) or not a:
         raise ValueError(f"a and b must score the same items: got {len(a)} and {len(b)} scores")
     mean, se = _mean_se([x - y for x, y in zip(a, b)])
-    head = (f"{what} ({len(a):,} items): {name_a} {100 * sum(a) / len(a):.1f}%, {name_b} {100 * sum(b) / len(b):.1f}%; "
+    return {"a": sum(a) / len(a), "b": sum(b) / len(b), "mean": mean, "se": se, "n": len(a)}
+
+
+def item_sentence(d: Mapping[str, float], name_a: str, name_b: str, what: str) -> str:
+    """One sentence from :func:`item_difference` (also as recorded): both means in percent, the
+    paired difference in points with its standard error, and whether it is clearly outside the noise
+    (more than two standard errors). ``what`` names the items ("entities restored whole")."""
+    mean, se = d["mean"], d["se"]
+    head = (f"{what} ({int(d['n']):,} items): {name_a} {100 * d['a']:.1f}%, {name_b} {100 * d['b']:.1f}%; "
             f"difference {_points(mean)}" + (f" ± {100 * se:.1f}" if se == se else "") + " points (paired over the items)")
     if se != se:
         return f"{head}: one item, no standard error."
@@ -203,6 +210,11 @@ def item_verdict(a: Sequence[float], b: Sequence[float], name_a: str, name_b: st
         side = "ahead" if mean > 0 else "behind"
         return f"{head}: {name_a} is clearly {side}" + ("" if se == 0 else f", {abs(mean) / se:.0f} standard errors") + "."
     return f"{head}: not distinguishable from the noise."
+
+
+def item_verdict(a: Sequence[float], b: Sequence[float], name_a: str, name_b: str, what: str) -> str:
+    """:func:`item_sentence` of :func:`item_difference` of ``a`` and ``b``."""
+    return item_sentence(item_difference(a, b), name_a, name_b, what)
 
 
 def curve_reading(rows, pretrained: str = "pretrained", other: str = "random", at: int = 64,

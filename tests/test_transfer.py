@@ -176,3 +176,7 @@ def test_item_verdict_pairs_the_items():
     assert "clearly behind" in transfer.item_verdict(b, a, "token", "knowledge", "entities")
     with pytest.raises(ValueError, match="same items"):
         transfer.item_verdict([1.0], [1.0, 0.0], "x", "y", "items")
+    d = transfer.item_difference([1, 1, 0, 0], [1, 0, 0, 0])
+    assert d == {"a": 0.5, "b": 0.25, "mean": 0.25, "se": pytest.approx(0.25), "n": 4}
+    assert transfer.item_sentence(d, "x", "y", "items") == transfer.item_verdict([1, 1, 0, 0], [1, 0, 0, 0], "x", "y",
+                                                                                   "items")

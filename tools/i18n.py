@@ -47,10 +47,10 @@ def html_dir(lang: str) -> Path:
 
 # ----------------------------------------------------------------------------- the pending list
 
-def pending(lang: str = LANG, root: Path = ROOT) -> list[str]:
-    """The pages (docnames) whose translation into ``lang`` is not done yet, from locales/<lang>/PENDING:
-    one docname a line, ``#`` starts a comment."""
-    path = root / "locales" / lang / "PENDING"
+def pending(lang: str = LANG, root: Path | None = None) -> list[str]:
+    """The pages (docnames) whose translation into ``lang`` is not done yet, from locales/<lang>/PENDING
+    (of the checkout ``root``; by default this one's): one docname a line, ``#`` starts a comment."""
+    path = (root / "locales" if root is not None else LOCALES) / lang / "PENDING"
     if not path.exists():
         return []
     names = []
@@ -303,7 +303,7 @@ def check(templates: dict) -> list[str]:
     for path in sorted(catalogs_dir().rglob("*.po")):
         docname = path.relative_to(catalogs_dir()).with_suffix("").as_posix()
         if docname not in templates and docname != "sphinx":
-            problems.append(f"{path.relative_to(ROOT)}: no page {docname!r} (run python tools/i18n.py update)")
+            problems.append(f"{path.relative_to(LOCALES.parent)}: no page {docname!r} (run python tools/i18n.py update)")
     terms = glossary_terms((ROOT / "glossary.md").read_text(encoding="utf-8"))
     if len(terms) < 50:
         problems.append(f"glossary.md: only {len(terms)} terms were read from its tables")
@@ -313,7 +313,7 @@ def check(templates: dict) -> list[str]:
             continue
         path = catalogs_dir() / f"{docname}.po"
         if not path.exists():
-            problems.append(f"{docname}: no Korean catalog {path.relative_to(ROOT)} and not in locales/{LANG}/PENDING")
+            problems.append(f"{docname}: no Korean catalog {path.relative_to(LOCALES.parent)} and not in locales/{LANG}/PENDING")
             continue
         catalog = read_catalog(path)
         want = {(m.context, m.id) for m in messages(template)}

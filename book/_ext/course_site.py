@@ -121,7 +121,7 @@ def _name_the_repository(app: Sphinx, config) -> None:
     url = (config.course_repository or "").strip().rstrip("/")
     subs = dict(config.myst_substitutions or {})
     if _korean(config):
-        subs.setdefault("repository", f"강의 저장소 [{url}]({url})" if url else "강의 저장소(이 책을 빌드한 폴더)")
+        subs.setdefault("repository", f"강의 저장소 [{url}]({url})" if url else "강의 저장소(이 책을 빌드한 바로 그 저장소)")
     else:
         subs.setdefault("repository", f"the course's repository, [{url}]({url})" if url
                         else "the course's repository (the folder this book was built from)")
@@ -185,6 +185,28 @@ def _untranslated_math(app: Sphinx, doctree: nodes.document) -> None:
     """Display math is not a message: a translator has nothing to do with a formula."""
     for block in doctree.findall(nodes.math_block):
         block["translatable"] = False
+
+
+def _translate_toctree_captions(app: Sphinx, doctree: nodes.document) -> None:
+    """The captions of the parts in the navigation (_toc.yml), from the root page's catalog: the external
+    table of contents inserts its toctrees after Sphinx translated the page, so Sphinx leaves them as written."""
+    if not app.config.language or app.config.language == "en":
+        return
+    from sphinx import addnodes
+    from sphinx.locale import init as init_locale
+    from sphinx.util.i18n import docname_to_domain
+
+    trees = [t for t in doctree.findall(addnodes.toctree) if t.get("caption")]
+    if not trees:
+        return
+    dirs = [str(Path(app.srcdir) / d) for d in app.config.locale_dirs]
+    catalog, found = init_locale(dirs, app.config.language, docname_to_domain(app.env.docname, app.config.gettext_compact))
+    if not found:
+        return
+    for tree in trees:
+        translated = catalog.gettext(tree["caption"])
+        if translated:
+            tree["caption"] = tree["rawcaption"] = translated
 
 
 def _pending_note(app: Sphinx, doctree: nodes.document) -> None:
@@ -689,6 +711,7 @@ def setup(app: Sphinx) -> dict:
     app.connect("html-page-context", _language_switch)
     app.connect("doctree-read", _untranslated_math)
     app.connect("doctree-read", _pending_note)
+    app.connect("doctree-read", _translate_toctree_captions)
     # before Sphinx's download collector (priority 500) reads the box's download links
     app.connect("doctree-read", _add_run_box, priority=100)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}

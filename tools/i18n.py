@@ -88,6 +88,11 @@ def extract(dest: Path | None = None, quiet: bool = True) -> dict[str, object]:
     from babel.messages.pofile import read_po
 
     dest = dest or ROOT / "_build" / "gettext"
+    # the exercise sets page links the student notebooks: built first, as the book build does (seconds)
+    import subprocess
+
+    subprocess.run([sys.executable, str(ROOT / "tools" / "exercises.py"), "build"], cwd=ROOT, check=True,
+                   stdout=subprocess.DEVNULL)
     rc = sphinx("gettext", dest, ROOT / "_build" / ".doctrees-gettext", execute=False, quiet=quiet)
     if rc:
         raise SystemExit(f"i18n: extracting the messages failed (sphinx-build -b gettext exit {rc})")
@@ -161,6 +166,11 @@ def update(templates: dict) -> list[str]:
             path.unlink()
             changed.append(f"{docname}.po (removed: no such page)")
     return changed
+
+
+def _short(text: str) -> str:
+    """A message as a report names it: its start and its end, where most edits show."""
+    return repr(text if len(text) <= 120 else f"{text[:70]} … {text[-45:]}")
 
 
 def messages(catalog) -> list:
@@ -319,14 +329,14 @@ def check(templates: dict) -> list[str]:
         want = {(m.context, m.id) for m in messages(template)}
         have = {(m.context, m.id) for m in messages(catalog)}
         for ctx, mid in sorted(want - have, key=str):
-            problems.append(f"{docname}: out of date, the page has a message the catalog lacks: {mid[:100]!r}")
+            problems.append(f"{docname}: out of date, the page has a message the catalog lacks: {_short(mid)}")
         for ctx, mid in sorted(have - want, key=str):
-            problems.append(f"{docname}: out of date, the catalog has a message the page no longer has: {mid[:100]!r}")
+            problems.append(f"{docname}: out of date, the catalog has a message the page no longer has: {_short(mid)}")
         for m in messages(catalog):
             if m.fuzzy:
-                problems.append(f"{docname}: fuzzy (a guess to confirm): {m.id[:100]!r}")
+                problems.append(f"{docname}: fuzzy (a guess to confirm): {_short(m.id)}")
             elif not m.string:
-                problems.append(f"{docname}: untranslated: {m.id[:100]!r}")
+                problems.append(f"{docname}: untranslated: {_short(m.id)}")
         problems += glossary_problems(docname, catalog, terms, exceptions)
     return problems
 

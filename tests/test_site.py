@@ -903,3 +903,127 @@ def test_search_snippets_show_typeset_formulas_not_latex(browser, server):
         assert not v.problems, "\n".join(v.problems)
     finally:
         v.close()
+
+
+# ============================================================================ the Korean edition
+
+KO = HTML / "ko"
+
+
+def _korean_site() -> None:
+    if not (KO / "index.html").exists():
+        if os.environ.get("COURSE_REQUIRE_SITE") == "1":
+            raise RuntimeError(f"the Korean site is missing: {KO}/index.html (bash tools/build.sh)")
+        pytest.skip("the Korean site is not built (python tools/i18n.py build)")
+
+
+@pytest.mark.parametrize("path", ["ko/intro.html", "ko/glossary.html", "ko/exercise_sets.html"])
+def test_korean_pages_draw_hangul_with_the_web_font_bold_and_table_headers_too(browser, server, path):
+    # A translated page in a browser without any Korean font: every element with Hangul (bold
+    # part titles, the glossary's table headers, the navigation's captions) drawn with the web font.
+    _korean_site()
+    with opened(browser, f"{server}/{path}") as page:
+        cdp = page.context.new_cdp_session(page)
+        cdp.send("DOM.enable")
+        cdp.send("CSS.enable")
+        n, wrong = hangul_drawn_without_a_web_font(page, cdp)
+        kinds = page.evaluate("""() => Array.from(document.querySelectorAll('[data-hangul]'))
+            .map(el => (el.closest('th, strong') || el).tagName.toLowerCase())""")
+        # every syllable the page shows, drawn in the web font: one the subset lacks is drawn by this
+        # machine's fonts, which have no Hangul (an empty box, or nothing), as "DejaVu Sans" draws it
+        lacking = page.evaluate(f"""async () => {{
+            const chars = [...new Set(document.body.innerText.match(/{HANGUL}/g) || [])];
+            const canvas = document.createElement('canvas');
+            canvas.width = canvas.height = 48;
+            const ctx = canvas.getContext('2d', {{willReadFrequently: true}});
+            const pixels = (font, c) => {{ ctx.clearRect(0, 0, 48, 48); ctx.font = font; ctx.fillText(c, 2, 38);
+                                          const d = ctx.getImageData(0, 0, 48, 48).data;
+                                          return d.some((v, i) => i % 4 === 3 && v > 0) ? d.join(',') : ''; }};
+            const lacking = [];
+            for (const weight of ['', 'bold ']) {{
+                const font = weight + "36px '{KOREAN_FONT}'";
+                await document.fonts.load(font, chars.join(''));
+                for (const c of chars) {{
+                    const drawn = pixels(font, c);
+                    if ((!drawn || drawn === pixels(weight + "36px 'DejaVu Sans'", c)) && !lacking.includes(c)) lacking.push(c);
+                }}
+            }}
+            return lacking;
+        }}""")
+        sample = page.locator(".bd-article strong, .bd-article th").filter(has_text=re.compile(HANGUL)).first
+        tofu, published = _ink_in(sample, '"DejaVu Sans", sans-serif'), _ink_in(sample, None)
+    assert n > 20, f"{path} shows only {n} elements with Hangul: is it translated?"
+    assert not lacking, f"{path}: the Korean web font lacks {len(lacking)} syllables the page shows: {lacking[:20]}"
+    assert not wrong, f"{path}: {len(wrong)} elements draw Hangul as boxes, e.g.\n  " + "\n  ".join(wrong[:6])
+    assert {"strong", "th"} & set(kinds), f"{path}: no bold text or table header with Hangul was checked"
+    assert _differing(published, tofu) > 0.2, f"{path}: {sample.text_content()!r} is drawn as empty boxes"
+
+
+def test_the_korean_font_covers_every_hangul_of_the_korean_pages():
+    # The subset is cut from the Korean site's own pages: every syllable they show is in it.
+    _korean_site()
+    from fontTools.ttLib import TTFont
+    sys_path = str(ROOT / "book" / "_ext")
+    import sys
+    if sys_path not in sys.path:
+        sys.path.insert(0, sys_path)
+    import course_site
+    shown = set()
+    for page in KO.rglob("*.html"):
+        if "_static" not in page.parts:
+            shown |= course_site.hangul_in(page.read_text(encoding="utf-8"))
+    for weight in (400, 700):
+        cmap = TTFont(str(KO / course_site.hangul_font_path(weight))).getBestCmap()
+        missing = sorted(c for c in shown if ord(c) not in cmap)
+        assert not missing, f"the {weight} Korean font lacks {len(missing)} syllables the Korean pages show: {missing[:20]}"
+
+
+def test_math_is_typeset_on_the_korean_index(server):
+    _korean_site()
+    dom = render(f"{server}/ko/intro.html")
+    assert dom.count("<mjx-container") >= 2, "MathJax did not typeset the Korean index page"
+    assert "어텐션" in dom
+
+
+@pytest.mark.parametrize("how", ["http", "file"])
+def test_the_language_switch_goes_to_the_same_page_and_back(browser, server, how):
+    # From a chapter (one folder down) to its Korean page and back, by the switcher a reader sees;
+    # over http and from file:// (the links are relative, so the site works from any folder).
+    _korean_site()
+    base = server if how == "http" else HTML.as_uri()
+    with opened(browser, f"{base}/chapters/03_transformer.html") as page:
+        seen = []
+        for want in ("/ko/chapters/03_transformer.html", "/chapters/03_transformer.html"):
+            page.locator(".course-language-switch").first.click()
+            page.wait_for_load_state("load")
+            seen.append(page.url)
+            assert page.url.endswith(want) and (want == "/chapters/03_transformer.html") == ("/ko/" not in page.url), \
+                f"the switcher went to {page.url}, not to ...{want}"
+            assert page.title(), f"{page.url} did not load"
+        assert page.evaluate("document.documentElement.lang") == "en"
+    with opened(browser, f"{base}/ko/glossary.html") as page:
+        assert page.evaluate("document.documentElement.lang") == "ko"
+        page.locator(".course-language-switch").first.click()
+        page.wait_for_load_state("load")
+        assert page.url.endswith("/glossary.html") and "/ko/" not in page.url, page.url
+
+
+def test_a_pending_korean_page_says_it_is_shown_in_english():
+    _korean_site()
+    pending = _article((KO / "chapters" / "03_transformer.html").read_text(encoding="utf-8"))
+    translated = _article((KO / "intro.html").read_text(encoding="utf-8"))
+    assert "course-translation-pending" in pending and "번역되지 않았습니다" in pending
+    assert "course-translation-pending" not in translated
+
+
+@pytest.mark.parametrize("word", ["어텐션", "트랜스포머"])
+def test_korean_search_finds_a_korean_word(browser, server, word):
+    # The Korean site's own search page and index: a word the pages write with particles (어텐션은,
+    # 트랜스포머의) is found, in the translated pages.
+    _korean_site()
+    with opened(browser, f"{server}/ko/search.html?q={word}") as page:
+        page.wait_for_function("() => document.querySelectorAll('#search-results li').length > 0", timeout=60_000)
+        found = page.eval_on_selector_all("#search-results li a", "els => els.map(e => e.getAttribute('href'))")
+    # the index page (not only the glossary, whose Korean column the English site has too)
+    assert any(href.split("?")[0].split("#")[0] == "intro.html" for href in found), \
+        f"searching {word!r} on the Korean site finds {found[:8]}, not the Korean index page"

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Set up the environment and build the book into _build/html, executing every chapter.
+# Set up the environment and build the book into _build/html (English) and _build/html/ko (Korean),
+# executing every chapter once.
 #   bash tools/build.sh                       # the CI recipe (default without a GPU)
 #   COURSE_MODE=full bash tools/build.sh      # the full recipe (for a GPU)
 set -euo pipefail
@@ -13,4 +14,7 @@ bash tools/fetch_assets.sh
 # --all: re-read every page, so that outputs refreshed in the cache above are never hidden
 # behind a doctree Sphinx kept from an earlier build of an unchanged notebook.
 .venv/bin/jupyter-book build . --all --warningiserror --keep-going
-echo "build: open _build/html/index.html"
+# The Korean edition into _build/html/ko: the same sources and the same executed notebooks (the
+# jupyter-cache filled above: no chapter runs again), with the catalogs of locales/ko applied, -W too.
+.venv/bin/python tools/i18n.py build --lang ko
+echo "build: open _build/html/index.html (English) or _build/html/ko/index.html (Korean)"

@@ -38,6 +38,13 @@
 * Plots get alt text: a plot an executed cell drew is described by its kind (line plot, heatmap,
   bar chart) and what its code names (titles, axis labels; else the panel titles it loops over, or
   what the ``lib.viz`` function it calls draws), instead of the image's file path the page showed.
+* The Korean edition (tools/i18n.py, locales/README.md): the same sources built with
+  ``language = "ko"`` into ``_build/html/ko``. Every page carries a switcher to the same page in
+  the other language (a relative link: the site works from any folder and from file://); a page
+  still listed in ``locales/ko/PENDING`` says at its top, in Korean, that it is shown in English;
+  display math is never a message to translate; the Korean site's search indexes each word also
+  without its particle (어텐션은 -> 어텐션), since Sphinx has no Korean search language and Korean
+  words carry their particles; the Korean web font is cut from the Korean site's own pages.
 * ``{exercise-sets}``: the list of every graded exercise set, discovered from the master
   notebooks in exercises/ (the same discovery as tools/exercises.py), with what each
   covers, its chapter and the student notebook to download.
@@ -113,9 +120,134 @@ def _name_the_repository(app: Sphinx, config) -> None:
     """``{{ repository }}`` in the book's Markdown: a link to the repository, or words saying which."""
     url = (config.course_repository or "").strip().rstrip("/")
     subs = dict(config.myst_substitutions or {})
-    subs.setdefault("repository", f"the course's repository, [{url}]({url})" if url
-                    else "the course's repository (the folder this book was built from)")
+    if _korean(config):
+        subs.setdefault("repository", f"강의 저장소 [{url}]({url})" if url else "강의 저장소(이 책을 빌드한 바로 그 저장소)")
+    else:
+        subs.setdefault("repository", f"the course's repository, [{url}]({url})" if url
+                        else "the course's repository (the folder this book was built from)")
     config.myst_substitutions = subs
+
+
+# ----------------------------------------------------------------------------- the Korean edition
+
+LANGUAGES = {"en": "English", "ko": "한국어"}     # the book's language first; the others in a folder each
+KOREAN_TITLE = "어텐션과 트랜스포머, 직접 실행하며 배우기"
+PENDING_NOTE = ("이 페이지는 아직 한국어로 번역되지 않았습니다. 번역이 끝날 때까지 영어 원문을 보여 드립니다. "
+                "코드와 실행 결과는 영어판과 같습니다.")
+
+
+def _korean(config) -> bool:
+    return (config.language or "en").split("_")[0] == "ko"
+
+
+def _i18n_tool():
+    """tools/i18n.py (the pending list, one definition for the build and the checks)."""
+    name = "course_i18n_tool"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / "i18n.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+def _korean_config(app: Sphinx, config) -> None:
+    """The Korean site's title, search box text and search language."""
+    if not _korean(config):
+        return
+    config.html_title = KOREAN_TITLE
+    options = dict(config.html_theme_options or {})
+    options["search_bar_text"] = "강의 검색..."
+    config.html_theme_options = options
+    config.html_search_language = "ko"
+
+
+def language_switch_href(pagename: str, language: str) -> str:
+    """The relative link from a page of the ``language`` site to the same page in the other language:
+    the English site is the root, every other language a folder in it (``ko/``)."""
+    up = "../" * pagename.count("/")
+    if language == "en":
+        return f"{up}ko/{pagename}.html"
+    return f"{up}../{pagename}.html"
+
+
+def _language_switch(app: Sphinx, pagename: str, templatename: str, context: dict, doctree) -> None:
+    if app.builder.format != "html":
+        return
+    language = "ko" if _korean(app.config) else "en"
+    other = "en" if language == "ko" else "ko"
+    context["course_language_switch"] = {
+        "href": language_switch_href(pagename, language), "lang": other, "label": LANGUAGES[other],
+        "title": "이 페이지를 한국어로 보기" if other == "ko" else "Read this page in English"}
+
+
+def _untranslated_math(app: Sphinx, doctree: nodes.document) -> None:
+    """Display math is not a message: a translator has nothing to do with a formula."""
+    for block in doctree.findall(nodes.math_block):
+        block["translatable"] = False
+
+
+def _translate_toctree_captions(app: Sphinx, doctree: nodes.document) -> None:
+    """The captions of the parts in the navigation (_toc.yml), from the root page's catalog: the external
+    table of contents inserts its toctrees after Sphinx translated the page, so Sphinx leaves them as written."""
+    if not app.config.language or app.config.language == "en":
+        return
+    from sphinx import addnodes
+    from sphinx.locale import init as init_locale
+    from sphinx.util.i18n import docname_to_domain
+
+    trees = [t for t in doctree.findall(addnodes.toctree) if t.get("caption")]
+    if not trees:
+        return
+    dirs = [str(Path(app.srcdir) / d) for d in app.config.locale_dirs]
+    catalog, found = init_locale(dirs, app.config.language, docname_to_domain(app.env.docname, app.config.gettext_compact))
+    if not found:
+        return
+    for tree in trees:
+        translated = catalog.gettext(tree["caption"])
+        if translated:
+            tree["caption"] = tree["rawcaption"] = translated
+
+
+def _pending_note(app: Sphinx, doctree: nodes.document) -> None:
+    """On the Korean site, a page whose translation is not done says so under its title."""
+    if not _korean(app.config) or app.env.docname not in _i18n_tool().pending("ko", Path(app.srcdir)):
+        return
+    section = next(iter(doctree.findall(nodes.section)), None)
+    if section is None:
+        return
+    note = nodes.container(classes=["course-translation-pending"])
+    note += nodes.paragraph("", "", nodes.strong(text="번역 중인 페이지입니다. "), nodes.Text(PENDING_NOTE))
+    title = next(iter(section.findall(nodes.title)), None)
+    section.insert(section.index(title) + 1 if title is not None else 0, note)
+
+
+def _search_language_korean():
+    """Sphinx's English search language (its stemmer and stop words for the Latin words of the pages:
+    code, names), with Korean words indexed also without their particle, so that a search for 어텐션
+    finds 어텐션은 and 어텐션의. The query side needs nothing: a bare word is what is searched for."""
+    from sphinx.search.en import SearchEnglish
+
+    particles = sorted("은 는 이 가 을 를 의 에 에서 에게 으로 로 와 과 도 만 까지 부터 처럼 보다 이다 입니다 "
+                       "에서는 으로는 에는 와는 과는 이나 나 이란 란 이라는 라는 으로도 로도 에도 만의 들 들은 "
+                       "들을 들의 들이".split(), key=len, reverse=True)
+
+    class SearchKorean(SearchEnglish):
+        lang = "ko"
+        language_name = "Korean"
+
+        def split(self, input: str) -> list[str]:
+            words = []
+            for word in super().split(input):
+                words.append(word)
+                if HANGUL.search(word):
+                    for p in particles:
+                        if word.endswith(p) and len(word) - len(p) >= 2:
+                            words.append(word[:-len(p)])
+                            break
+            return words
+
+    return SearchKorean
 
 
 def execution_seconds(app: Sphinx, path: Path) -> float | None:
@@ -574,6 +706,12 @@ def setup(app: Sphinx) -> dict:
     app.connect("doctree-read", _alt_text_for_plots)
     app.add_config_value("course_repository", "", "env")
     app.connect("config-inited", _name_the_repository)
+    app.connect("config-inited", _korean_config)
+    app.add_search_language(_search_language_korean())
+    app.connect("html-page-context", _language_switch)
+    app.connect("doctree-read", _untranslated_math)
+    app.connect("doctree-read", _pending_note)
+    app.connect("doctree-read", _translate_toctree_captions)
     # before Sphinx's download collector (priority 500) reads the box's download links
     app.connect("doctree-read", _add_run_box, priority=100)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -371,10 +371,11 @@ def setup(seed: int = 0, deterministic: bool = False, prefer: str | None = None,
     return _current
 
 
-def summary(device: torch.device | str | None = None) -> str:
+def summary(device: torch.device | str | None = None, recipe: bool = True) -> str:
     """One line saying where this notebook runs, e.g.
     ``device=cpu (x86_64, 2 threads) | precision=fp32 (auto: no native bf16 on this CPU) | recipe=ci |
-    torch 2.13.0``; the reason in brackets says why this precision (see :func:`precision`)."""
+    torch 2.13.0``; the reason in brackets says why this precision (see :func:`precision`).
+    ``recipe=False`` leaves the chapter recipe out (for a run that has none of its own, like pretraining)."""
     from lib import config  # local import: config imports device
 
     device = torch.device(device) if device is not None else (_current or pick_device())
@@ -386,5 +387,6 @@ def summary(device: torch.device | str | None = None) -> str:
         where = f"{platform.machine()}, {torch.get_num_threads()} threads"
     procs = f" | process {rank()} of {world_size()}" if world_size() > 1 else ""
     p = precision(device)
+    mode = f"recipe={config.mode()} | " if recipe else ""
     return (f"device={device.type} ({where}) | precision={p.name} ({p.reason}) | "
-            f"recipe={config.mode()} | torch {torch.__version__.split('+')[0]}{procs}")
+            f"{mode}torch {torch.__version__.split('+')[0]}{procs}")

@@ -233,3 +233,11 @@ def test_knowledge_masking_recipe_hides_whole_units_of_the_same_stream(data_mirr
     assert checkpoints.load("ernie-ko-tiny", root=out).model.cfg.hidden_size == 32
     with pytest.raises(ValueError, match="masking must be"):
         dataclasses.replace(knowledge, masking="entity")
+
+
+def test_the_card_names_the_code_each_invocation_started_from():
+    one = {"commit": "aaa1111", "uncommitted_changes": False}
+    assert pretrain.code_version([one]) == one
+    assert pretrain.code_version([one, {**one, "uncommitted_changes": None}]) == one
+    two = pretrain.code_version([one, {"commit": "bbb2222", "uncommitted_changes": True}])
+    assert two == {"commit": "aaa1111", "uncommitted_changes": True, "commits": ["aaa1111", "bbb2222"]}

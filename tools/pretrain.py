@@ -479,6 +479,7 @@ class Run:
     out: Path
     command: str
     dev: torch.device = torch.device("cpu")
+    provenance: dict | None = None  # git_commit() when the command started (the code that runs)
     steps: int = field(init=False)
 
     def __post_init__(self):
@@ -565,7 +566,8 @@ def train_run(run: Run, minutes: float | None, say: Callable[[str], None] = prin
     clock = _read_json(clock_file, {"seconds": 0.0, "invocations": []})
     clock["invocations"].append({"started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
                                  "from_step": done, "to_step": done, "seconds": 0.0,
-                                 "device": device.summary(dev), "world_size": world, **git_commit()})
+                                 "device": device.summary(dev, recipe=False), "world_size": world,
+                                 **(run.provenance or git_commit())})
     started = time.perf_counter()
     snapshot_steps = run.snapshot_steps()
     history = None
@@ -668,6 +670,15 @@ def git_commit() -> dict:
     return {"commit": commit, "uncommitted_changes": dirty}
 
 
+def code_version(invocations: list[dict]) -> dict:
+    """The code a run trained with, from its invocations (each records the commit it started from):
+    ``commit`` the first one's, ``uncommitted_changes`` whether any had changes, and ``commits`` every
+    commit when the invocations ran from different ones."""
+    commits = list(dict.fromkeys(i["commit"] for i in invocations))
+    out = {"commit": commits[0], "uncommitted_changes": any(i["uncommitted_changes"] for i in invocations)}
+    return {**out, "commits": commits} if len(commits) > 1 else out
+
+
 def write_output(run: Run, result: dict, say: Callable[[str], None] = print) -> dict:
     """Weights, tokenizer, card (JSON and Markdown), then the registry entry; returns the card."""
     recipe, model, meta = run.recipe, result["model"], result["meta"]
@@ -687,7 +698,7 @@ def write_output(run: Run, result: dict, say: Callable[[str], None] = print) -> 
     clock = result["clock"]
     card = {
         "name": recipe.name, "description": recipe.description, "kind": recipe.kind,
-        "command": run.command, **git_commit(),
+        "command": run.command, **code_version(clock["invocations"]),
         "data": {"datasets": meta["datasets"], "corpus": recipe.corpus, "corpus_sha256": meta["corpus_sha256"],
                  "documents": meta["documents"], "heldout_documents": meta["heldout_documents"],
                  "train_tokens": meta["train_tokens"], "heldout_tokens": meta["heldout_tokens"],
@@ -741,7 +752,8 @@ def card_markdown(card: dict) -> str:
              f"- **Held-out loss**: {h['loss']:.4f} nats/token in float32; with the stored weights "
              + ", ".join(f"{k} {v:.4f}" for k, v in h["by_stored_dtype"].items())
              + f" (a dtype is used when within {h['tolerance_nats']:g} nats).",
-             f"- **Commit**: `{card['commit']}`" + (" (with uncommitted changes)" if card["uncommitted_changes"] else ""),
+             "- **Commit**: " + ", ".join(f"`{c}`" for c in card.get("commits", [card["commit"]]))
+             + (" (with uncommitted changes)" if card["uncommitted_changes"] else ""),
              f"- **Rebuild**: `{card['command']}`", "",
              "| step | tokens | train loss | held-out loss |", "|---:|---:|---:|---:|"]
     lines += [f"| {c['step']:,} | {c['tokens']:,} | {c['train_loss'] if c['train_loss'] is not None else '—'} | "
@@ -796,7 +808,8 @@ def main(argv: list[str] | None = None) -> dict | None:
         for name in ("state.pt", "run.json", "clock.json"):
             (scratch / name).unlink(missing_ok=True)
     _barrier()
-    run = Run(recipe, tokens, snapshots, scratch, out, canonical_command(recipe.name, tokens, snapshots, args.set), dev)
+    run = Run(recipe, tokens, snapshots, scratch, out, canonical_command(recipe.name, tokens, snapshots, args.set), dev,
+              provenance=git_commit())
     say(f"{recipe.name}: {run.steps:,} steps of {recipe.batch_size} x {recipe.seq_len} tokens = "
         f"{token_label(run.steps * recipe.tokens_per_step)} tokens | {device.summary(dev)}")
     result = train_run(run, args.minutes, say)

@@ -665,8 +665,15 @@ def write_snapshot(run: Run, model, heldout, step: int, tokens: int, meta: dict,
 
 
 def git_commit() -> dict:
-    from lib.results import _provenance
+    """The commit the code runs from, and whether tracked code has uncommitted changes (besides the
+    results and the checkpoints, which runs write themselves: a snapshot registered by this run is not
+    a change to the code that trains it)."""
+    from lib.results import _git, _provenance
     commit, dirty = _provenance()
+    if dirty:
+        status = _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results",
+                      ":(exclude)checkpoints")
+        dirty = None if status is None else bool(status)
     return {"commit": commit, "uncommitted_changes": dirty}
 
 

@@ -195,13 +195,23 @@ def item_difference(a: Sequence[float], b: Sequence[float]) -> dict[str, float]:
     return {"a": sum(a) / len(a), "b": sum(b) / len(b), "mean": mean, "se": se, "n": len(a)}
 
 
-def item_sentence(d: Mapping[str, float], name_a: str, name_b: str, what: str) -> str:
-    """One sentence from :func:`item_difference` (also as recorded): both means in percent, the
-    paired difference in points with its standard error, and whether it is clearly outside the noise
-    (more than two standard errors). ``what`` names the items ("entities restored whole")."""
+def item_sentence(d: Mapping[str, float], name_a: str, name_b: str, what: str, unit: str = "percent") -> str:
+    """One sentence from :func:`item_difference` (also as recorded): both means, the paired difference
+    with its standard error, and whether it is clearly outside the noise (more than two standard
+    errors). ``what`` names the items ("entities restored whole"). ``unit``: ``"percent"`` (scores are
+    shares: means in %, the difference in points, higher is better) or ``"nats"`` (a loss: means and
+    difference in nats, lower is better, so the model with the lower loss is the one ahead)."""
+    if unit not in ("percent", "nats"):
+        raise ValueError(f"unit must be 'percent' or 'nats', got {unit!r}")
     mean, se = d["mean"], d["se"]
-    head = (f"{what} ({int(d['n']):,} items): {name_a} {100 * d['a']:.1f}%, {name_b} {100 * d['b']:.1f}%; "
-            f"difference {_points(mean)}" + (f" ± {100 * se:.1f}" if se == se else "") + " points (paired over the items)")
+    if unit == "percent":
+        head = (f"{what} ({int(d['n']):,} items): {name_a} {100 * d['a']:.1f}%, {name_b} {100 * d['b']:.1f}%; "
+                f"difference {_points(mean)}" + (f" ± {100 * se:.1f}" if se == se else "")
+                + " points (paired over the items)")
+    else:
+        head = (f"{what} ({int(d['n']):,} items): {name_a} {d['a']:.3f}, {name_b} {d['b']:.3f} nats per token; "
+                f"difference {mean:+.3f}" + (f" ± {se:.3f}" if se == se else "") + " nats (paired over the items)")
+        mean = -mean                  # a lower loss is ahead
     if se != se:
         return f"{head}: one item, no standard error."
     if se == 0 and mean == 0:
@@ -212,9 +222,10 @@ def item_sentence(d: Mapping[str, float], name_a: str, name_b: str, what: str) -
     return f"{head}: not distinguishable from the noise."
 
 
-def item_verdict(a: Sequence[float], b: Sequence[float], name_a: str, name_b: str, what: str) -> str:
+def item_verdict(a: Sequence[float], b: Sequence[float], name_a: str, name_b: str, what: str,
+                 unit: str = "percent") -> str:
     """:func:`item_sentence` of :func:`item_difference` of ``a`` and ``b``."""
-    return item_sentence(item_difference(a, b), name_a, name_b, what)
+    return item_sentence(item_difference(a, b), name_a, name_b, what, unit)
 
 
 def curve_reading(rows, pretrained: str = "pretrained", other: str = "random", at: int = 64,

@@ -2,6 +2,8 @@
 and the model against Hugging Face's ErnieModel."""
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -460,8 +462,13 @@ def test_cloze_items_draw_one_whole_unit_per_example_and_scores_count_right_toke
             return torch.nn.functional.one_hot(truth, vocab).float()
         return fn
 
-    assert km.cloze_scores(oracle(set()), phrase, mask_id=mask_id) == {"tokens": [1.0, 1.0], "whole": [1.0, 1.0]}
+    perfect = km.cloze_scores(oracle(set()), phrase, mask_id=mask_id)
+    assert perfect["tokens"] == [1.0, 1.0] and perfect["whole"] == [1.0, 1.0]
+    # one-hot logits: a right token costs log(V - 1 + e) - 1 nats, a wrong one log(V - 1 + e)
+    right, wrong = math.log(vocab - 1 + math.e) - 1, math.log(vocab - 1 + math.e)
+    assert perfect["nll"] == pytest.approx([right, right])
     scores = km.cloze_scores(oracle({11, 31}), phrase, mask_id=mask_id, batch_size=1)
     assert scores["tokens"] == pytest.approx([0.5, 2 / 3]) and scores["whole"] == [0.0, 0.0]
+    assert scores["nll"] == pytest.approx([(right + wrong) / 2, (2 * right + wrong) / 3])
     with pytest.raises(ValueError, match="items is empty"):
         km.cloze_scores(oracle(set()), [], mask_id=mask_id)

@@ -180,3 +180,14 @@ def test_item_verdict_pairs_the_items():
     assert d == {"a": 0.5, "b": 0.25, "mean": 0.25, "se": pytest.approx(0.25), "n": 4}
     assert transfer.item_sentence(d, "x", "y", "items") == transfer.item_verdict([1, 1, 0, 0], [1, 0, 0, 0], "x", "y",
                                                                                    "items")
+
+
+def test_item_sentence_in_nats_puts_the_lower_loss_ahead():
+    d = transfer.item_difference([2.0, 2.2, 1.9, 2.1], [2.5, 2.6, 2.4, 2.7])
+    text = transfer.item_sentence(d, "knowledge", "token", "entity loss", unit="nats")
+    assert "knowledge 2.050, token 2.550 nats per token; difference -0.500 ± 0.041 nats" in text
+    assert "knowledge is clearly ahead" in text
+    assert "clearly behind" in transfer.item_sentence(transfer.item_difference([3, 3.2], [2, 2.1]), "a", "b", "x",
+                                                      unit="nats")
+    with pytest.raises(ValueError, match="unit must be"):
+        transfer.item_sentence(d, "a", "b", "x", unit="points")

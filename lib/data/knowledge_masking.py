@@ -492,13 +492,15 @@ def cloze_items(examples: Sequence[KnowledgeExample], level: str, seed: int = 0,
 @torch.no_grad()
 def cloze_scores(logits_fn, items: Sequence[ClozeItem], *, mask_id: int, pad_id: int = 0,
                  batch_size: int = 128) -> dict[str, list[float]]:
-    """Every item's unit replaced by ``[MASK]`` s and predicted, each token by the argmax of
+    """Every item's unit replaced by ``[MASK]`` s and predicted from
     ``logits_fn(input_ids, attention_mask) -> (B, T, V)``: per item, ``"tokens"`` the share of the
-    unit's tokens restored and ``"whole"`` 1.0 when all of them are (else 0.0)."""
+    unit's tokens restored (each token by the argmax), ``"whole"`` 1.0 when all of them are (else
+    0.0), and ``"nll"`` the mean negative log-likelihood of the unit's tokens in nats (the masked-LM
+    loss on that unit: lower is better; it still ranks two models when neither restores the unit)."""
     items = list(items)
     if not items:
         raise ValueError("items is empty: no example had a unit of that level")
-    out: dict[str, list[float]] = {"tokens": [], "whole": []}
+    out: dict[str, list[float]] = {"tokens": [], "whole": [], "nll": []}
     for s in range(0, len(items), batch_size):
         chunk = items[s:s + batch_size]
         T = max(len(it.ids) for it in chunk)
@@ -511,9 +513,11 @@ def cloze_scores(logits_fn, items: Sequence[ClozeItem], *, mask_id: int, pad_id:
         attention = ids != pad_id
         attention[:, 0] = True
         inputs = ids.masked_fill(hidden, mask_id)
-        pred = logits_fn(inputs, attention).argmax(-1).cpu()
-        right = (pred == answers) & hidden
+        logits = logits_fn(inputs, attention).float().cpu()
+        right = (logits.argmax(-1) == answers) & hidden
+        nll = -torch.log_softmax(logits, -1).gather(-1, answers[..., None])[..., 0] * hidden
         n = hidden.sum(1)
         out["tokens"] += (right.sum(1) / n).tolist()
         out["whole"] += (right.sum(1) == n).float().tolist()
+        out["nll"] += (nll.sum(1) / n).tolist()
     return out

@@ -450,7 +450,7 @@ def test_cloze_items_draw_one_whole_unit_per_example_and_scores_count_right_toke
     def oracle(wrong: set[int]):      # restores every hidden token except the ids in ``wrong``
         seen = []
 
-        def fn(inputs, attention):
+        def fn(inputs, attention, hidden):
             batch = phrase[len(seen):len(seen) + len(inputs)]
             seen.extend(batch)
             truth = torch.zeros(inputs.shape, dtype=torch.long)
@@ -459,7 +459,7 @@ def test_cloze_items_draw_one_whole_unit_per_example_and_scores_count_right_toke
                 i, j = it.span
                 assert (inputs[b, i:j] == mask_id).all() and attention[b, :len(it.ids)].all()
             truth[torch.isin(truth, torch.tensor(sorted(wrong) or [-1]))] = 5
-            return torch.nn.functional.one_hot(truth, vocab).float()
+            return torch.nn.functional.one_hot(truth, vocab).float()[hidden]
         return fn
 
     perfect = km.cloze_scores(oracle(set()), phrase, mask_id=mask_id)
@@ -472,3 +472,5 @@ def test_cloze_items_draw_one_whole_unit_per_example_and_scores_count_right_toke
     assert scores["nll"] == pytest.approx([(right + wrong) / 2, (2 * right + wrong) / 3])
     with pytest.raises(ValueError, match="items is empty"):
         km.cloze_scores(oracle(set()), [], mask_id=mask_id)
+    with pytest.raises(ValueError, match="hidden positions only"):
+        km.cloze_scores(lambda x, a, h: torch.zeros(*x.shape, vocab), phrase, mask_id=mask_id)

@@ -493,7 +493,9 @@ def cloze_items(examples: Sequence[KnowledgeExample], level: str, seed: int = 0,
 def cloze_scores(logits_fn, items: Sequence[ClozeItem], *, mask_id: int, pad_id: int = 0,
                  batch_size: int = 128) -> dict[str, list[float]]:
     """Every item's unit replaced by ``[MASK]`` s and predicted from
-    ``logits_fn(input_ids, attention_mask) -> (B, T, V)``: per item, ``"tokens"`` the share of the
+    ``logits_fn(input_ids, attention_mask, hidden) -> (N, V)``, the logits at the ``N`` positions
+    where the bool mask ``hidden (B, T)`` is True, in row-major order (so the model's vocabulary head
+    runs on the hidden positions only, like BERT's ``only_masked``): per item, ``"tokens"`` the share of the
     unit's tokens restored (each token by the argmax), ``"whole"`` 1.0 when all of them are (else
     0.0), and ``"nll"`` the mean negative log-likelihood of the unit's tokens in nats (the masked-LM
     loss on that unit: lower is better; it still ranks two models when neither restores the unit)."""
@@ -513,9 +515,15 @@ def cloze_scores(logits_fn, items: Sequence[ClozeItem], *, mask_id: int, pad_id:
         attention = ids != pad_id
         attention[:, 0] = True
         inputs = ids.masked_fill(hidden, mask_id)
-        logits = logits_fn(inputs, attention).float().cpu()
-        right = (logits.argmax(-1) == answers) & hidden
-        nll = -torch.log_softmax(logits, -1).gather(-1, answers[..., None])[..., 0] * hidden
+        logits = logits_fn(inputs, attention, hidden).float().cpu()
+        if logits.shape[:1] != (int(hidden.sum()),):
+            raise ValueError(f"logits_fn gave logits of shape {tuple(logits.shape)} for {int(hidden.sum())} hidden "
+                             "positions: it must return the logits at the hidden positions only, (N, V)")
+        truth = answers[hidden]
+        right = torch.zeros(hidden.shape)
+        right[hidden] = (logits.argmax(-1) == truth).float()
+        nll = torch.zeros(hidden.shape)
+        nll[hidden] = -torch.log_softmax(logits, -1).gather(-1, truth[:, None])[:, 0]
         n = hidden.sum(1)
         out["tokens"] += (right.sum(1) / n).tolist()
         out["whole"] += (right.sum(1) == n).float().tolist()

@@ -140,15 +140,21 @@ def _korean(config) -> bool:
     return (config.language or "en").split("_")[0] == "ko"
 
 
-def _i18n_tool():
-    """tools/i18n.py (the pending list, one definition for the build and the checks)."""
-    name = "course_i18n_tool"
+def _tool(stem: str):
+    """``tools/<stem>.py``, imported once (as ``course_<stem>_tool``: its dataclasses need it in
+    sys.modules)."""
+    name = f"course_{stem}_tool"
     if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / "i18n.py")
+        spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{stem}.py")
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         spec.loader.exec_module(module)
     return sys.modules[name]
+
+
+def _i18n_tool():
+    """tools/i18n.py (the pending list, one definition for the build and the checks)."""
+    return _tool("i18n")
 
 
 def _korean_config(app: Sphinx, config) -> None:
@@ -624,14 +630,8 @@ def _write_fonts(app: Sphinx, exception) -> None:
 
 
 def _exercises_tool():
-    """tools/exercises.py, imported once (its dataclasses need it in sys.modules)."""
-    name = "course_exercises_tool"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / "exercises.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    """tools/exercises.py."""
+    return _tool("exercises")
 
 
 _SENTENCE_END = re.compile(r"(?<=[a-z0-9`)\]][.:])\s+(?=[A-Z*`$])")

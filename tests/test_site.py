@@ -1017,7 +1017,9 @@ def test_a_pending_korean_page_says_it_is_shown_in_english():
     # a page still on the pending list (the first chapter on it), and one that is translated
     listed = [line.strip() for line in (ROOT / "locales" / "ko" / "PENDING").read_text(encoding="utf-8").splitlines()
               if line.strip() and not line.startswith("#")]
-    chapter = next(name for name in listed if name.startswith("chapters/"))
+    chapter = next((name for name in listed if name.startswith("chapters/")), None)
+    if chapter is None:
+        pytest.skip("every chapter is translated: no pending page to show the note")
     pending = _article((KO / f"{chapter}.html").read_text(encoding="utf-8"))
     translated = _article((KO / "intro.html").read_text(encoding="utf-8"))
     assert "course-translation-pending" in pending and "번역되지 않았습니다" in pending

@@ -328,21 +328,22 @@ def load(name: str, config: Any = None, root: str | os.PathLike | None = None) -
 
 
 def tokens_seen(name: str, root: str | os.PathLike | None = None) -> int:
-    """How many tokens checkpoint or snapshot ``name`` read in pretraining (its card, or for a
-    snapshot the metadata of its weights file), every file checked as :func:`load` checks it."""
-    card = load(name, root=root).card
-    return int(card["training"]["tokens_seen"] if "training" in card else card["tokens_seen"])
+    """How many tokens checkpoint or snapshot ``name`` read in pretraining: its card, or for a
+    snapshot the metadata of its weights file (checked against the registry, no model built)."""
+    if "card" in info(name, root).files:
+        card = json.loads(path(name, "card", root).read_text(encoding="utf-8"))
+        return int(card["training"]["tokens_seen"])
+    return int(read_weights(path(name, "weights", root))[1]["tokens_seen"])
+
+
+def along_the_run(name: str, root: str | os.PathLike | None = None) -> dict[int, str]:
+    """Tokens read -> name, fewest first, for the snapshots of ``name`` and, once it is registered,
+    the final checkpoint: the points at which two twin runs can be compared."""
+    names = [n for n in registry(root) if n == name or n.startswith(name + "@")]
+    return dict(sorted((tokens_seen(n, root), n) for n in names))
 
 
 def snapshots(name: str, root: str | os.PathLike | None = None) -> list[str]:
     """The registered snapshots of checkpoint ``name`` (``"ko-bert@3M"`` ...), fewest tokens first;
     the final checkpoint itself is not among them."""
-    names = [n for n in registry(root) if n.startswith(name + "@")]
-    return sorted(names, key=lambda n: tokens_seen(n, root))
-
-
-def along_the_run(name: str, root: str | os.PathLike | None = None) -> dict[int, str]:
-    """Tokens read -> name, for the snapshots of ``name`` and, once it is registered, the final
-    checkpoint: the points at which two twin runs can be compared."""
-    names = [*snapshots(name, root), *([name] if name in registry(root) else [])]
-    return {tokens_seen(n, root): n for n in names}
+    return [n for n in along_the_run(name, root).values() if n != name]

@@ -123,14 +123,14 @@ def _git(*args: str) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
-def _provenance() -> tuple[str, bool | None]:
-    """(short commit or "unknown", whether tracked code outside results/ has uncommitted changes;
-    None when git cannot tell)."""
+def _provenance(exclude: tuple[str, ...] = ("results",)) -> tuple[str, bool | None]:
+    """(short commit or "unknown", whether tracked code outside the ``exclude`` folders (what runs
+    write themselves) has uncommitted changes; None when git cannot tell)."""
     commit = _git("rev-parse", "--short", "HEAD")
     if not commit:
         # a copy of the tree without git (a rented GPU machine): the commit it was copied from, if given
         return os.environ.get("COURSE_SOURCE_COMMIT", "").strip() or "unknown", None
-    status = _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results")
+    status = _git("status", "--porcelain", "--untracked-files=no", "--", ".", *(f":(exclude){d}" for d in exclude))
     return commit, (None if status is None else bool(status))
 
 

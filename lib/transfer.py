@@ -62,7 +62,8 @@ def check_rows(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _mean_se(values: Sequence[float]) -> tuple[float, float]:
+def mean_se(values: Sequence[float]) -> tuple[float, float]:
+    """The mean of ``values`` and its standard error (NaN for a single value)."""
     n = len(values)
     mean = sum(values) / n
     if n < 2:
@@ -83,7 +84,7 @@ def summary(rows: Iterable[Mapping[str, Any]]):
     groups: dict[tuple, list[float]] = {}
     for r in rows:
         groups.setdefault((r["task"], r["model"], r["init"], r["metric"], r["labels"]), []).append(r["value"])
-    lines = [(*k, *_mean_se(v), len(v)) for k, v in sorted(groups.items())]
+    lines = [(*k, *mean_se(v), len(v)) for k, v in sorted(groups.items())]
     return pd.DataFrame(lines, columns=["task", "model", "init", "metric", "labels", "mean", "se", "n"])
 
 
@@ -104,7 +105,7 @@ def paired_difference(rows, a: str, b: str, labels: int, task: str | None = None
     if not seeds:
         raise ValueError(f"no seed has both {a!r} and {b!r} at {labels} labels")
     diffs = [pick[a][s] - pick[b][s] for s in seeds]
-    mean, se = _mean_se(diffs)
+    mean, se = mean_se(diffs)
     return {"mean": mean, "se": se, "n": len(seeds), "diffs": diffs,
             "a": sum(pick[a][s] for s in seeds) / len(seeds), "b": sum(pick[b][s] for s in seeds) / len(seeds)}
 
@@ -165,7 +166,7 @@ def verdict(rows, a: str, b: str, labels: int, names: Mapping[str, str] | None =
 
     def arm(name, init):
         vals = [r["value"] for r in _select(rows, init=init, labels=labels, task=task, metric=metric)]
-        mean, se = _mean_se(vals)
+        mean, se = mean_se(vals)
         near = chance is not None and abs(mean - chance) <= max(0.02, 2 * (se if se == se else 0))
         return f"{name} {mean:.3f}" + (f" ± {se:.3f}" if se == se else "") + (" (near chance)" if near else "")
 
@@ -191,7 +192,7 @@ def item_difference(a: Sequence[float], b: Sequence[float]) -> dict[str, float]:
     a, b = [float(x) for x in a], [float(x) for x in b]
     if len(a) != len(b) or not a:
         raise ValueError(f"a and b must score the same items: got {len(a)} and {len(b)} scores")
-    mean, se = _mean_se([x - y for x, y in zip(a, b)])
+    mean, se = mean_se([x - y for x, y in zip(a, b)])
     return {"a": sum(a) / len(a), "b": sum(b) / len(b), "mean": mean, "se": se, "n": len(a)}
 
 
@@ -325,8 +326,8 @@ def emergence_table(rows, tokens: Mapping[str, int], random: str = "random"):
     for (n, t), by_seed in sorted(groups.items()):
         base = groups.get((n, 0), {})
         seeds = sorted(set(by_seed) & set(base))
-        gain, gain_se = _mean_se([by_seed[s] - base[s] for s in seeds]) if seeds else (math.nan, math.nan)
-        lines.append((n, t, names[t], *_mean_se(list(by_seed.values())), len(by_seed), gain, gain_se))
+        gain, gain_se = mean_se([by_seed[s] - base[s] for s in seeds]) if seeds else (math.nan, math.nan)
+        lines.append((n, t, names[t], *mean_se(list(by_seed.values())), len(by_seed), gain, gain_se))
     return pd.DataFrame(lines, columns=["labels", "tokens", "model", "mean", "se", "n", "gain", "gain_se"])
 
 

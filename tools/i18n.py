@@ -22,15 +22,15 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import io
 import os
 import re
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:      # lib (lib.io), also when Sphinx loads this file by path
+    sys.path.insert(0, str(ROOT))
 LANGUAGES = ("en", "ko")          # the book's language first
 LANG = "ko"
 LOCALES = ROOT / "locales"
@@ -131,17 +131,10 @@ def write_catalog(path: Path, catalog) -> None:
     catalog.language_team = catalog.last_translator = "the course's translators"
     catalog.header_comment = (f"# {catalog.locale_identifier or LANG} messages of one page of the course "
                               "(tools/i18n.py; locales/README.md).\n#")
-    out = io.BytesIO()
-    write_po(out, catalog, width=0, no_location=True, ignore_obsolete=True, include_previous=False)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(out.getvalue())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    from lib.io import atomic_write
+
+    with atomic_write(path, "wb") as f:
+        write_po(f, catalog, width=0, no_location=True, ignore_obsolete=True, include_previous=False)
 
 
 def update(templates: dict) -> list[str]:

@@ -668,12 +668,8 @@ def git_commit() -> dict:
     """The commit the code runs from, and whether tracked code has uncommitted changes (besides the
     results and the checkpoints, which runs write themselves: a snapshot registered by this run is not
     a change to the code that trains it)."""
-    from lib.results import _git, _provenance
-    commit, dirty = _provenance()
-    if dirty:
-        status = _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results",
-                      ":(exclude)checkpoints")
-        dirty = None if status is None else bool(status)
+    from lib.results import _provenance
+    commit, dirty = _provenance(exclude=("results", "checkpoints"))
     return {"commit": commit, "uncommitted_changes": dirty}
 
 

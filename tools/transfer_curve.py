@@ -63,12 +63,6 @@ def recipe(mode: str | None = None, curve: str = "imdb-minilm"):
     return CURVES[curve]["recipe"](mode)
 
 
-def snapshots(model: str) -> list[str]:
-    """The registered emergence snapshots of checkpoint ``model``, fewest tokens first."""
-    from lib import checkpoints
-    return checkpoints.snapshots(model)
-
-
 # ----------------------------------------------------------------------------- data and weights
 
 def load_rows(bundle: Path | None, hp, curve: str = "imdb-minilm"):
@@ -147,7 +141,8 @@ def all_trials(hp, curve: str = "imdb-minilm") -> list[dict]:
     trials = [{**t, "checkpoint": None} for t in finetune.curve_trials(hp.sizes, hp.seeds, hp.lrs)]
     sizes = getattr(hp, "emergence_sizes", None) or []
     if sizes:
-        for name in snapshots(CURVES[curve]["model"]):
+        from lib import checkpoints
+        for name in checkpoints.snapshots(CURVES[curve]["model"]):
             trials += [{**t, "checkpoint": name}
                        for t in finetune.curve_trials(sizes, hp.seeds, {"pretrained": hp.lrs["pretrained"]})]
     return trials
@@ -185,7 +180,7 @@ def run_trials(hp, dev, bundle=None, shard=(0, 1), log=print, file: Path | None 
     else:
         from lib import checkpoints
         model = CURVES[curve]["model"]
-        present = [n for n in (model, *snapshots(model)) if n in checkpoints.registry()]
+        present = [n for n in (model, *checkpoints.snapshots(model)) if n in checkpoints.registry()]
         if not present:
             raise SystemExit(f"no checkpoint {model!r} or snapshot of it is registered: pretrain it first")
         encoders = {}

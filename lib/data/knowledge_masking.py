@@ -511,7 +511,6 @@ def cloze_scores(logits_fn, items: Sequence[ClozeItem], *, mask_id: int, pad_id:
         for b, it in enumerate(chunk):
             ids[b, :len(it.ids)] = torch.tensor(it.ids)
             hidden[b, it.span[0]:it.span[1]] = True
-        answers = ids.clone()
         attention = ids != pad_id
         attention[:, 0] = True
         inputs = ids.masked_fill(hidden, mask_id)
@@ -519,7 +518,7 @@ def cloze_scores(logits_fn, items: Sequence[ClozeItem], *, mask_id: int, pad_id:
         if logits.shape[:1] != (int(hidden.sum()),):
             raise ValueError(f"logits_fn gave logits of shape {tuple(logits.shape)} for {int(hidden.sum())} hidden "
                              "positions: it must return the logits at the hidden positions only, (N, V)")
-        truth = answers[hidden]
+        truth = ids[hidden]
         right = torch.zeros(hidden.shape)
         right[hidden] = (logits.argmax(-1) == truth).float()
         nll = torch.zeros(hidden.shape)

@@ -670,6 +670,37 @@ def test_the_glossary_links_every_chapter_at_its_sections():
     assert not dead, f"glossary links to sections that do not exist: {dead}"
 
 
+_TERM_LINK = re.compile(r'<a class="[^"]*\bglossary-term\b[^"]*" href="([^"#]*)#(term-[^"]+)"[^>]*>(.*?)</a>')
+
+
+@pytest.mark.parametrize("lang", ["en", "ko"])
+def test_chapters_link_the_first_use_of_glossary_terms_to_their_entries(lang):
+    # Every chapter links its first use of a term to the glossary's row for it, in both languages:
+    # the English site the English words, the Korean site the Korean ones; never in a heading, in
+    # code or in a cell's output; and each row's anchor exists on that language's glossary page.
+    if lang == "ko":
+        _korean_site()
+    root = HTML if lang == "en" else KO
+    glossary = (root / "glossary.html").read_text(encoding="utf-8")
+    for page in chapter_pages():
+        article = _article((root / "chapters" / page.name).read_text(encoding="utf-8"))
+        links = _TERM_LINK.findall(article)
+        assert len(links) >= 5, f"{lang}/{page.name}: only {len(links)} glossary terms are linked"
+        assert {href for href, _, _ in links} == {"../glossary.html"}, f"{lang}/{page.name}: {links[:3]}"
+        missing = sorted({a for _, a, _ in links if f'id="{a}"' not in glossary})
+        assert not missing, f"{lang}/{page.name} links glossary rows that have no anchor: {missing}"
+        words = [(a, re.sub(r"<[^>]+>", "", w).lower().rstrip("s")) for _, a, w in links]
+        twice = sorted({w for w in words if words.count(w) > 1})
+        assert not twice, f"{lang}/{page.name} links a term more than once: {twice}"
+        for where in re.findall(r"<h[1-6][^>]*>.*?</h[1-6]>|<div class=\"cell_output.*?</div>\s*</div>|<pre.*?</pre>",
+                                article, re.S):
+            assert "glossary-term" not in where, f"{lang}/{page.name}: a glossary link in {where[:120]!r}"
+    ch03 = _article((root / "chapters" / "03_transformer.html").read_text(encoding="utf-8"))
+    word = {"en": "positional encoding", "ko": "포지셔널 인코딩"}[lang]
+    linked = [re.sub(r"<[^>]+>", "", w) for _, a, w in _TERM_LINK.findall(ch03) if a == "term-positional-encoding"]
+    assert [w.lower() for w in linked] == [word], f"{lang}: chapter 3 links positional encoding as {linked}"
+
+
 _BROKEN_KOREAN_WORDS = f"""() => {{
     const re = /[^\\s\\-/]*{HANGUL}+[^\\s\\-/]*/g, broken = [];   // a word, or the part of one between hyphens
     for (const cell of document.querySelectorAll('.bd-article td, .bd-article th')) {{

@@ -208,7 +208,7 @@ def run_baselines(hp, dev, bundle=None, curve: str = "imdb-minilm") -> tuple[lis
     data = curve_data(hp, bundle, tok, curve)
     spec = CURVES[curve]
     return finetune.baseline_rows(data, encoder, hp.sizes, hp.seeds, task=spec["task"], model=spec["model"],
-                                  device=dev, char_ngrams=(1, 3) if curve == "nsmc-ko-bert" else None)
+                                  device=dev, char_ngrams=(1, 3) if spec["task"] == "nsmc" else None)
 
 
 def run_all_labels(hp, dev, bundle=None, log=print) -> dict:

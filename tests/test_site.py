@@ -994,6 +994,20 @@ def test_korean_pages_draw_hangul_with_the_web_font_bold_and_table_headers_too(b
     assert _differing(published, tofu) > 0.2, f"{path}: {sample.text_content()!r} is drawn as empty boxes"
 
 
+@pytest.mark.parametrize("path", ["ko/intro.html", "ko/chapters/03_transformer.html"])
+def test_korean_pages_opened_from_disk_draw_every_hangul_with_the_web_font(browser, path):
+    # The site is also read from a folder (file://, no server): the fonts must load there too,
+    # including the navigation's (the site title, the search box, the sidebar's captions).
+    _korean_site()
+    with opened(browser, (HTML / path).as_uri(), timeout=90_000) as page:
+        cdp = page.context.new_cdp_session(page)
+        cdp.send("DOM.enable")
+        cdp.send("CSS.enable")
+        n, wrong = hangul_drawn_without_a_web_font(page, cdp)
+    assert n > 20, f"{path} over file:// shows only {n} elements with Hangul"
+    assert not wrong, f"{path} over file://: {len(wrong)} elements draw Hangul as boxes, e.g.\n  " + "\n  ".join(wrong[:6])
+
+
 def test_the_korean_font_covers_every_hangul_of_the_korean_pages():
     # The subset is cut from the Korean site's own pages: every syllable they show is in it.
     _korean_site()

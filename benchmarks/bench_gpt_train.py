@@ -28,8 +28,7 @@ sys.path.insert(0, str(REPO))
 
 from lib import device  # noqa: E402
 import _report  # noqa: E402  (benchmarks/_report.py)
-from lib.models.gpt import GPT, GPTConfig, hf_gpt2_table  # noqa: E402
-from lib.models.reference import copy_weights  # noqa: E402
+from lib.models.gpt import GPT, GPTConfig, load_hf_gpt  # noqa: E402
 
 
 def main(argv=None) -> dict:
@@ -55,7 +54,7 @@ def main(argv=None) -> dict:
     cfg = GPTConfig(vocab_size=args.vocab_size, block_size=args.block_size, n_layer=args.n_layer,
                     n_head=args.n_head, n_embd=args.n_embd)
     ours = GPT(cfg)
-    copy_weights(ours, hf, hf_gpt2_table(cfg), tied=["lm_head.weight"], tied_theirs=["lm_head.weight"])
+    load_hf_gpt(ours, hf)
     ours, hf = ours.to(dev).train(), hf.to(dev).train()
     g = torch.Generator().manual_seed(0)
     x = torch.randint(0, args.vocab_size, (args.batch_size, args.block_size + 1), generator=g).to(dev)

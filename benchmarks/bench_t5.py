@@ -29,8 +29,7 @@ sys.path.insert(0, str(REPO))
 
 from lib import device  # noqa: E402
 import _report  # noqa: E402  (benchmarks/_report.py)
-from lib.models.reference import copy_weights  # noqa: E402
-from lib.models.t5 import T5, T5Config, hf_t5_table  # noqa: E402
+from lib.models.t5 import T5, T5Config, load_hf_t5  # noqa: E402
 
 
 def main(argv=None) -> dict:
@@ -61,8 +60,7 @@ def main(argv=None) -> dict:
         decoder_start_token_id=0))
     cfg = T5Config(**sizes, feed_forward=args.feed_forward, tie_word_embeddings=tie, dropout=0.0)
     ours = T5(cfg)
-    copy_weights(ours, hf, hf_t5_table(cfg), tied=["lm_head.weight"] if tie else [],
-                 tied_theirs=["encoder.embed_tokens.weight", "decoder.embed_tokens.weight", "lm_head.weight"])
+    load_hf_t5(ours, hf)
     ours, hf = ours.to(dev).eval(), hf.to(dev).eval()
     g = torch.Generator().manual_seed(0)
     src = torch.randint(2, args.vocab_size, (args.batch_size, args.src_len), generator=g)

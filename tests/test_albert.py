@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from lib.layers import count_parameters
-from lib.models.albert import PUBLISHED, AlbertConfig, AlbertForPreTraining, AlbertModel, copy_from_hf_albert
+from lib.models.albert import PUBLISHED, AlbertConfig, AlbertForPreTraining, AlbertModel, load_hf_albert
 from lib.models.bert import BertConfig, BertModel
 
 transformers = pytest.importorskip("transformers")
@@ -42,7 +42,7 @@ def _inputs():
 def test_pretraining_outputs_equal_hugging_face():
     torch.manual_seed(0)
     hf = _randomise(transformers.AlbertForPreTraining(_hf_config())).eval()
-    ours = copy_from_hf_albert(AlbertForPreTraining(AlbertConfig(**SMALL, dropout=0.0, attention_dropout=0.0)), hf).eval()
+    ours = load_hf_albert(AlbertForPreTraining(AlbertConfig(**SMALL, dropout=0.0, attention_dropout=0.0)), hf).eval()
     ids, types, mask = _inputs()
     with torch.no_grad():
         ref = hf(input_ids=ids, token_type_ids=types, attention_mask=mask)
@@ -56,7 +56,7 @@ def test_pretraining_outputs_equal_hugging_face():
 def test_model_equals_hugging_face_and_layers_really_share():
     torch.manual_seed(1)
     hf = _randomise(transformers.AlbertModel(_hf_config()), seed=4).eval()
-    ours = copy_from_hf_albert(AlbertModel(AlbertConfig(**SMALL, dropout=0.0, attention_dropout=0.0)), hf).eval()
+    ours = load_hf_albert(AlbertModel(AlbertConfig(**SMALL, dropout=0.0, attention_dropout=0.0)), hf).eval()
     ids, types, mask = _inputs()
     with torch.no_grad():
         ref = hf(input_ids=ids, token_type_ids=types, attention_mask=mask, output_hidden_states=True)
@@ -115,4 +115,4 @@ def test_bad_config_is_rejected():
     with pytest.raises(TypeError, match="AlbertConfig"):
         AlbertModel(BertConfig())
     with pytest.raises(ValueError, match="sharing='all'"):
-        copy_from_hf_albert(AlbertModel(AlbertConfig(**SMALL, sharing="none")), transformers.AlbertModel(_hf_config()))
+        load_hf_albert(AlbertModel(AlbertConfig(**SMALL, sharing="none")), transformers.AlbertModel(_hf_config()))

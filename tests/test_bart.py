@@ -3,8 +3,9 @@ import pytest
 import torch
 
 from lib import generate
-from lib.models.bart import Bart, BartClassifier, BartConfig, copy_from_hf_bart, hf_bart_table
-from lib.models.reference import WeightCopyError, copy_weights
+from lib.models import bart
+from lib.models.bart import Bart, BartClassifier, BartConfig, hf_bart_table, load_hf_bart
+from lib.models.reference import WeightCopyError
 
 transformers = pytest.importorskip("transformers")
 
@@ -26,7 +27,7 @@ def _pair(seed=0):
             p.copy_(torch.randn(p.shape, generator=g) * 0.3 + (1.0 if name.endswith("norm.weight")
                                                                 or name.endswith("embedding.weight") else 0.0))
     ours = Bart(BartConfig(**SMALL, dropout=0.0)).eval()
-    copy_from_hf_bart(ours, hf)
+    load_hf_bart(ours, hf)
     return ours, hf
 
 
@@ -52,16 +53,15 @@ def test_logits_equal_hugging_face():
     torch.testing.assert_close(ours.encode(src)[mask], enc[mask], atol=1e-5, rtol=1e-5)
 
 
-def test_copy_uses_every_weight_and_drops_only_the_position_offset():
+def test_copy_uses_every_weight_and_drops_only_the_position_offset(monkeypatch):
     ours, hf = _pair()
     assert torch.equal(ours.enc_pos.weight, hf.model.encoder.embed_positions.weight[2:])
     assert ours.lm_head.weight.data_ptr() == ours.embed.weight.data_ptr()
     table = hf_bart_table(ours.cfg)
     del table["decoder.layers.1.cross_block.norm.weight"]
+    monkeypatch.setattr(bart, "hf_bart_table", lambda cfg: table)          # the loader, with one entry lost
     with pytest.raises(WeightCopyError, match="cross_block.norm.weight"):
-        copy_weights(ours, hf.state_dict(), table, tied=["lm_head.weight"],
-                     tied_theirs=["model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight",
-                                  "lm_head.weight"], ignore_theirs=["final_logits_bias"])
+        load_hf_bart(ours, hf)
 
 
 def test_post_ln_without_final_norm():

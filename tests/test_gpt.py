@@ -4,8 +4,7 @@ import torch
 
 from lib.kv_cache import KVCache
 from lib.layers import count_parameters
-from lib.models.gpt import GPT, PUBLISHED, GPTClassifier, GPTConfig, hf_gpt2_table, hf_openai_gpt_table
-from lib.models.reference import copy_weights
+from lib.models.gpt import GPT, PUBLISHED, GPTClassifier, GPTConfig, load_hf_gpt
 
 transformers = pytest.importorskip("transformers")
 
@@ -41,7 +40,7 @@ def _gpt2_pair():
     _randomise(hf)
     cfg = GPTConfig(**SMALL)
     ours = GPT(cfg).eval()
-    copy_weights(ours, hf, hf_gpt2_table(cfg), tied=["lm_head.weight"], tied_theirs=["lm_head.weight"])
+    load_hf_gpt(ours, hf)
     return ours, hf
 
 
@@ -54,8 +53,7 @@ def _gpt1_pair():
     _randomise(hf)
     cfg = GPTConfig(**SMALL, norm_first=False)
     ours = GPT(cfg).eval()
-    copy_weights(ours, hf, hf_openai_gpt_table(cfg), tied=["lm_head.weight"], tied_theirs=["lm_head.weight"],
-                 ignore_theirs=[k for k, _ in hf.named_buffers()])   # causal-mask and position-id buffers
+    load_hf_gpt(ours, hf)
     return ours, hf
 
 

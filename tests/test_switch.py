@@ -7,9 +7,8 @@ import torch.nn.functional as F
 
 from lib.layers import ACTIVATIONS
 from lib.models.gpt import GPT, GPTConfig
-from lib.models.reference import copy_weights
 from lib.models.switch import (SwitchFFN, SwitchGPT, SwitchGPTConfig, expert_capacity,
-                               hf_sparse_mlp_table, load_balancing_loss, route_top1)
+                               load_balancing_loss, load_hf_switch, route_top1)
 
 from lib.models import switch_parallel_check
 
@@ -34,7 +33,7 @@ def hf_layer(d_model, d_ff, experts, capacity, seed):
 def test_equals_hugging_face_sparse_mlp(capacity, experts):
     st, hf = hf_layer(16, 24, experts, capacity, seed=capacity)
     ours = SwitchFFN(16, 24, experts, capacity=capacity, activation="relu", bias=False).eval()
-    copy_weights(ours, hf, hf_sparse_mlp_table(experts))
+    load_hf_switch(ours, hf)
     x = torch.randn(3, 20, 16, generator=torch.Generator().manual_seed(capacity))
     with torch.no_grad():
         y, y_hf = ours(x), hf(x)
@@ -57,9 +56,9 @@ def test_equals_hugging_face_sparse_mlp(capacity, experts):
 def test_copy_fails_when_an_expert_is_missing():
     from lib.models.reference import WeightCopyError
     _, hf = hf_layer(8, 12, 4, 3, seed=0)
-    ours = SwitchFFN(8, 12, 4, capacity=3, activation="relu", bias=False)
-    with pytest.raises(WeightCopyError):
-        copy_weights(ours, hf, hf_sparse_mlp_table(3))
+    ours = SwitchFFN(8, 12, 3, capacity=3, activation="relu", bias=False)      # theirs has 4 experts
+    with pytest.raises(WeightCopyError, match="never uses.*expert_3"):
+        load_hf_switch(ours, hf)
 
 
 # ----------------------------------------------------------------------------- routing

@@ -8,8 +8,7 @@ import torch
 from lib import generate as gen
 from lib.data.span_corruption import noise_counts, noise_mask, span_corrupt, spans
 from lib.layers import count_parameters
-from lib.models.reference import copy_weights
-from lib.models.t5 import (PATTERNS, PUBLISHED, RMSNorm, T5, T5Config, hf_t5_table, mask_pattern,
+from lib.models.t5 import (PATTERNS, PUBLISHED, RMSNorm, T5, T5Config, load_hf_t5, mask_pattern,
                            relative_position_bucket)
 
 transformers = pytest.importorskip("transformers")
@@ -17,7 +16,6 @@ HFAttention = transformers.models.t5.modeling_t5.T5Attention
 
 SMALL = dict(vocab_size=61, d_model=32, d_kv=8, d_ff=48, num_layers=2, num_decoder_layers=3, num_heads=4,
              relative_attention_num_buckets=8, relative_attention_max_distance=20)
-TIED_THEIRS = ["encoder.embed_tokens.weight", "decoder.embed_tokens.weight", "lm_head.weight"]
 
 
 # ----------------------------------------------------------------------------- buckets
@@ -90,7 +88,7 @@ def _pair(feed_forward, tie, seed=0, **changes):
                 p.copy_(1 + 0.3 * torch.randn(p.shape, generator=g))
     cfg = T5Config(**sizes, feed_forward=feed_forward, tie_word_embeddings=tie, dropout=0.0)
     ours = T5(cfg).eval()
-    copy_weights(ours, hf, hf_t5_table(cfg), tied=["lm_head.weight"] if tie else [], tied_theirs=TIED_THEIRS)
+    load_hf_t5(ours, hf)
     return ours, hf
 
 

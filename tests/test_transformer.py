@@ -6,9 +6,9 @@ import torch.nn as nn
 
 from lib import generate
 from lib.attention import MultiHeadAttention, look_ahead_mask
-from lib.models.reference import WeightCopyError, copy_from_torch_mha, copy_from_torch_transformer
+from lib.models.reference import WeightCopyError
 from lib.models.transformer import (DecoderLayer, EncoderLayer, Transformer, TransformerConfig,
-                                    TransformerCore)
+                                    TransformerCore, copy_from_torch_mha, copy_from_torch_transformer)
 
 
 pytestmark = pytest.mark.filterwarnings("ignore:enable_nested_tensor is True")
@@ -56,8 +56,6 @@ def test_torch_copies_use_every_weight_exactly_once():
         copy_from_torch_transformer(TransformerCore(8, 2, 1, 1, 16), nn.Transformer(8, 2, 1, 2, 16))
     with pytest.raises(WeightCopyError, match="shape"):
         copy_from_torch_transformer(TransformerCore(8, 2, 1, 1, 16), nn.Transformer(8, 2, 1, 1, 32))
-    import lib.models.transformer as T
-    assert T.copy_from_torch_mha is copy_from_torch_mha           # the old import path (chapter 3) still works
 
 
 @pytest.mark.parametrize("norm_first", [False, True])

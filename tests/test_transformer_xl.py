@@ -8,9 +8,8 @@ import pytest
 import torch
 
 from lib.attention import look_ahead_mask, split_heads
-from lib.models.reference import copy_weights
 from lib.models.transformer_xl import (RelativeMultiHeadAttention, TransformerXL, TransformerXLConfig,
-                                       hf_xlnet_table, rel_shift, relative_distances, relative_sinusoid,
+                                       load_hf_transformer_xl, rel_shift, relative_distances, relative_sinusoid,
                                        update_memory)
 
 transformers = pytest.importorskip("transformers")
@@ -152,9 +151,7 @@ def _hf_pair(mem_len=5):
         d_inner=SMALL["d_inner"], dropout=0.0, attn_type="uni", mem_len=mem_len, ff_activation="gelu")).eval()
     _randomise(hf, std=0.2)
     ours = TransformerXL(TransformerXLConfig(**SMALL, mem_len=mem_len)).eval()
-    xlnet_only = [k for k in hf.state_dict() if k.endswith(("r_s_bias", "seg_embed", "mask_emb"))]
-    copy_weights(ours, hf, hf_xlnet_table(ours.cfg), tied=["lm_head.weight"], tied_theirs=["lm_loss.weight"],
-                 ignore_theirs=xlnet_only)
+    load_hf_transformer_xl(ours, hf)
     return hf, ours
 
 

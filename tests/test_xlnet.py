@@ -3,8 +3,7 @@ to its own token, and equality with Hugging Face's XLNetModel / XLNetLMHeadModel
 import pytest
 import torch
 
-from lib.models.reference import copy_weights
-from lib.models.xlnet import XLNet, XLNetConfig, hf_xlnet_table, partial_targets, permutation_masks
+from lib.models.xlnet import XLNet, XLNetConfig, load_hf_xlnet, partial_targets, permutation_masks
 
 transformers = pytest.importorskip("transformers")
 
@@ -122,7 +121,7 @@ def _hf_pair(mem_len=5):
         d_inner=SMALL["d_inner"], dropout=0.0, mem_len=mem_len, ff_activation="gelu")).eval()
     _randomise(hf)
     ours = XLNet(XLNetConfig(**SMALL, mem_len=mem_len)).eval()
-    copy_weights(ours, hf, hf_xlnet_table(ours.cfg), tied=["lm_head.weight"], tied_theirs=["lm_loss.weight"])
+    load_hf_xlnet(ours, hf)
     return hf, ours
 
 

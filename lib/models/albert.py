@@ -1,6 +1,8 @@
-"""ALBERT (Lan et al., 2020): BERT with far fewer parameters, built on ``lib.models.bert``.
+"""ALBERT (Lan et al., 2020): BERT with far fewer parameters.
 
-Three changes to BERT, each a replaceable part of :mod:`lib.models.bert`:
+Three changes to BERT. This file imports BERT's unchanged parts by name from
+:mod:`lib.models.bert` (``BertLayer``, ``BertPooler``, ``BertMLMHead``, ``pretraining_output``)
+and writes the ones that change in full:
 
 1. **Factorised embedding.** BERT's token embedding is ``V x H``: every token gets a vector as
    wide as the hidden layers. ALBERT embeds tokens in a small space ``E`` and projects up:
@@ -31,28 +33,27 @@ Interface
 ``AlbertForPreTraining(cfg)(..., mlm_labels=None, sop_labels=None)`` -> ``PreTrainingOutput``
     whose ``nsp_logits`` are the SOP logits (0 = in order, 1 = swapped, Hugging Face's labels).
 ``lib.layers.count_parameters(AlbertModel, cfg)``: its parameters counted on the meta device (no memory).
-``hf_albert_table(prefix="albert.", heads=True)`` and ``copy_from_hf_albert(ours, hf)``: weights
+``hf_albert_table(prefix="albert.", heads=True)`` and ``load_hf_albert(ours, theirs)``: weights
     of Hugging Face's ``AlbertForPreTraining`` (or ``AlbertModel`` with ``heads=False``).
 
 Explained in chapters/10_bart_albert.ipynb.
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
+from typing import Mapping
 
 import torch
 import torch.nn as nn
 
-from lib.layers import ACTIVATIONS, PositionwiseFeedForward
-from lib.models.bert import (BertConfig, BertEmbeddings, BertEncoder, BertForPreTraining, BertLayer, BertMLMHead,
-                             BertModel, PreTrainingOutput, init_bert_weights)
-from lib.models.reference import Source, copy_weights
+from lib.layers import ACTIVATIONS, num_parameters as _count
+from lib.models.bert import (BertConfig, BertLayer, BertMLMHead, BertOutput, BertPooler, PreTrainingOutput,
+                             check_inputs, init_bert_weights, pretraining_output)
+from lib.models.reference import Source, as_state_dict, copy_weights
 from lib.validate import check_choice, check_int, check_probability
 
-__all__ = ["AlbertConfig", "AlbertEmbeddings", "AlbertLayer", "AlbertEncoder", "AlbertModel",
-           "AlbertMLMHead", "AlbertForPreTraining", "PUBLISHED", "SHARING",
-           "hf_albert_table", "copy_from_hf_albert"]
+__all__ = ["AlbertConfig", "AlbertEmbeddings", "AlbertEncoder", "AlbertModel", "AlbertForPreTraining",
+           "PUBLISHED", "SHARING", "hf_albert_table", "load_hf_albert", "copy_from_hf_albert"]
 
 SHARING = ("all", "attention", "ffn", "none")
 
@@ -97,107 +98,122 @@ class AlbertConfig(BertConfig):
         return cls(**{"hidden_size": 4096, "num_layers": 12, "num_heads": 64, "intermediate_size": 16384,
                       **overrides})
 
-    def embedding_view(self) -> BertConfig:
-        """The BERT configuration of the embedding tables: BERT's embeddings at width ``E``."""
-        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(BertConfig)}
-        return BertConfig(**{**fields, "hidden_size": self.embedding_size, "num_heads": 1})
-
 
 PUBLISHED: dict[str, AlbertConfig] = {"ALBERT-base": AlbertConfig.base(), "ALBERT-large": AlbertConfig.large(),
                                       "ALBERT-xlarge": AlbertConfig.xlarge(), "ALBERT-xxlarge": AlbertConfig.xxlarge()}
 
 
-class AlbertEmbeddings(BertEmbeddings):
-    """BERT's embeddings at width ``E`` (``V x E`` tokens), then a linear projection ``E -> H``."""
+class AlbertEmbeddings(nn.Module):
+    """BERT's embeddings at width ``E``: ``LayerNorm(token + segment + position)`` with ``V x E``
+    tokens, dropout, then a linear projection ``E -> H``."""
 
     def __init__(self, cfg: AlbertConfig):
-        super().__init__(cfg.embedding_view())
+        super().__init__()
         self.cfg = cfg
-        self.project = nn.Linear(cfg.embedding_size, cfg.hidden_size)
+        E = cfg.embedding_size
+        self.word_embeddings = nn.Embedding(cfg.vocab_size, E, padding_idx=cfg.pad_id)
+        self.position_embeddings = nn.Embedding(cfg.max_position, E)
+        self.token_type_embeddings = nn.Embedding(cfg.type_vocab_size, E)
+        self.norm = nn.LayerNorm(E, eps=cfg.layer_norm_eps)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.project = nn.Linear(E, cfg.hidden_size)
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
-        return self.project(super().forward(input_ids, token_type_ids))
+        pos = torch.arange(input_ids.shape[1], device=input_ids.device)
+        x = self.word_embeddings(input_ids) + self.token_type_embeddings(token_type_ids) + self.position_embeddings(pos)
+        return self.project(self.drop(self.norm(x)))
 
 
-class AlbertLayer(BertLayer):
-    """BERT's post-LN layer with the configured activation in the feed-forward."""
-
-    def __init__(self, cfg: AlbertConfig):
-        super().__init__(cfg)
-        if cfg.activation != "gelu":
-            self.ffn = PositionwiseFeedForward(cfg.hidden_size, cfg.intermediate_size, dropout=0.0,
-                                               activation=cfg.activation)
-
-
-class AlbertEncoder(BertEncoder):
-    """``num_layers`` layers with ALBERT's sharing. ``"all"`` keeps one layer and runs it
-    ``num_layers`` times; ``"attention"``/``"ffn"`` give every layer the first layer's attention
-    (or feed-forward) module and its residual block's LayerNorm; ``"none"`` is BERT's stack."""
+class AlbertEncoder(nn.Module):
+    """``num_layers`` of BERT's layers (with ALBERT's activation), shared. ``"all"`` keeps one layer
+    and runs it ``num_layers`` times; ``"attention"``/``"ffn"`` give every layer the first layer's
+    attention (or feed-forward) module and its residual block's LayerNorm; ``"none"`` is BERT's stack."""
 
     def __init__(self, cfg: AlbertConfig):
-        nn.Module.__init__(self)            # not BertEncoder's: "all" must not build num_layers layers
+        super().__init__()
         self.num_layers, self.sharing = cfg.num_layers, cfg.sharing
         count = 1 if cfg.sharing == "all" else cfg.num_layers
-        self.layers = nn.ModuleList(self.build_layer(cfg) for _ in range(count))
+        self.layers = nn.ModuleList(BertLayer(cfg, activation=cfg.activation) for _ in range(count))
         shared = {"attention": ("attention", "attention_block"), "ffn": ("ffn", "ffn_block")}.get(cfg.sharing, ())
         for layer in self.layers[1:]:
             for part in shared:
                 setattr(layer, part, getattr(self.layers[0], part))
 
-    def build_layer(self, cfg: AlbertConfig) -> nn.Module:
-        return AlbertLayer(cfg)
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, output_hidden_states: bool = False,
+                output_attentions: bool = False):
+        """-> ``(last (B, T, H), hidden states or None, attention maps or None)``, as ``BertEncoder``:
+        one state and one map per layer run, ``num_layers`` of them whatever the sharing."""
+        states = [x] if output_hidden_states else None
+        maps = [] if output_attentions else None
+        for i in range(self.num_layers):
+            layer = self.layers[0] if self.sharing == "all" else self.layers[i]
+            x, w = layer(x, mask, need_weights=output_attentions)
+            if output_hidden_states:
+                states.append(x)
+            if output_attentions:
+                maps.append(w)
+        return x, (tuple(states) if states is not None else None), (tuple(maps) if maps is not None else None)
 
-    def layer_sequence(self):
-        if self.sharing == "all":
-            return (self.layers[0] for _ in range(self.num_layers))
-        return iter(self.layers)
 
-
-class AlbertModel(BertModel):
-    """BERT with :class:`AlbertEmbeddings` and :class:`AlbertEncoder`."""
+class AlbertModel(nn.Module):
+    """``AlbertModel(cfg)(input_ids, token_type_ids=None, attention_mask=None)`` -> ``BertOutput``:
+    :class:`AlbertEmbeddings` -> :class:`AlbertEncoder` -> BERT's pooler."""
 
     def __init__(self, cfg: AlbertConfig, add_pooler: bool = True):
+        super().__init__()
         if not isinstance(cfg, AlbertConfig):
             raise TypeError(f"cfg must be an AlbertConfig, got {type(cfg).__name__}")
-        super().__init__(cfg, add_pooler)
+        self.cfg = cfg
+        self.embeddings = AlbertEmbeddings(cfg)
+        self.encoder = AlbertEncoder(cfg)
+        self.pooler = BertPooler(cfg) if add_pooler else None
+        self.apply(lambda m: init_bert_weights(m, cfg.initializer_range))
 
-    def build_embeddings(self, cfg: AlbertConfig) -> nn.Module:
-        return AlbertEmbeddings(cfg)
+    @property
+    def word_embeddings(self) -> nn.Embedding:
+        """The token embedding table, ``V x E`` (what the MLM decoder is tied to)."""
+        return self.embeddings.word_embeddings
 
-    def build_encoder(self, cfg: AlbertConfig) -> nn.Module:
-        return AlbertEncoder(cfg)
+    def num_parameters(self, exclude_embeddings: bool = False) -> int:
+        """Parameters, shared ones counted once; ``exclude_embeddings`` leaves out the embeddings
+        (tables and projection)."""
+        return _count(self, exclude=[self.embeddings] if exclude_embeddings else [])
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None, output_hidden_states: bool = False,
+                output_attentions: bool = False) -> BertOutput:
+        token_type_ids, keep = check_inputs(self.cfg, input_ids, token_type_ids, attention_mask)
+        mask = None if keep is None else keep[:, None, None, :]       # (B, 1, 1, T): hide padding keys
+        x = self.embeddings(input_ids, token_type_ids)
+        last, states, maps = self.encoder(x, mask, output_hidden_states, output_attentions)
+        pooled = self.pooler(last) if self.pooler is not None else None
+        return BertOutput(last, pooled, states, maps)
 
 
-class AlbertMLMHead(BertMLMHead):
-    """BERT's MLM head (``H -> E``, LayerNorm, tied ``E -> V`` decoder, bias) with ALBERT's activation."""
-
-    def __init__(self, cfg: AlbertConfig, word_embeddings: nn.Embedding):
-        super().__init__(cfg, word_embeddings)
-        self.act = ACTIVATIONS[cfg.activation]
-
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        return nn.functional.linear(self.norm(self.act(self.dense(hidden))), self.decoder.weight, self.bias)
-
-
-class AlbertForPreTraining(BertForPreTraining):
-    """ALBERT with the MLM head and the sentence-order head (``nsp`` holds the SOP classifier)."""
-    backbone = AlbertModel
+class AlbertForPreTraining(nn.Module):
+    """ALBERT with BERT's MLM head (``H -> E``, tied ``E -> V`` decoder, ALBERT's activation) and
+    the sentence-order head: dropout, then ``Linear(H, 2)`` on the pooled ``[CLS]`` (held in ``nsp``)."""
 
     def __init__(self, cfg: AlbertConfig):
-        super().__init__(cfg)
-        self.mlm = AlbertMLMHead(cfg, self.bert.word_embeddings)
-        self.nsp = nn.Sequential(nn.Dropout(cfg.classifier_dropout), self.nsp)   # SOP: dropout, then Linear(H, 2)
-        for m in (self.mlm.dense, self.mlm.norm):
+        super().__init__()
+        self.cfg = cfg
+        self.bert = AlbertModel(cfg)
+        self.mlm = BertMLMHead(cfg, self.bert.word_embeddings, activation=cfg.activation)
+        self.nsp = nn.Sequential(nn.Dropout(cfg.classifier_dropout), nn.Linear(cfg.hidden_size, 2))
+        for m in (self.mlm.dense, self.mlm.norm, self.nsp[1]):
             init_bert_weights(m, cfg.initializer_range)
+
+    def num_parameters(self, exclude_embeddings: bool = False) -> int:
+        return _count(self, exclude=[self.bert.embeddings] if exclude_embeddings else [])
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None, mlm_labels: torch.Tensor | None = None,
                 sop_labels: torch.Tensor | None = None, only_masked: bool = False,
-                **bert_kwargs) -> PreTrainingOutput:
-        """As ``BertForPreTraining.forward``; ``sop_labels (B,)`` 0 = in order, 1 = swapped."""
-        return super().forward(input_ids, token_type_ids, attention_mask, mlm_labels, sop_labels, only_masked,
-                               **bert_kwargs)
-
+                output_hidden_states: bool = False, output_attentions: bool = False) -> PreTrainingOutput:
+        """As ``BertForPreTraining.forward``; ``sop_labels (B,)`` 0 = in order, 1 = swapped (the
+        SOP logits are the output's ``nsp_logits``)."""
+        out = self.bert(input_ids, token_type_ids, attention_mask, output_hidden_states, output_attentions)
+        return pretraining_output(out, self.mlm, self.nsp, mlm_labels, sop_labels, only_masked)
 
 
 # ----------------------------------------------------------------------------- reference
@@ -228,17 +244,22 @@ def hf_albert_table(prefix: str = "albert.", heads: bool = True) -> dict[str, st
     return t
 
 
-def copy_from_hf_albert(ours: nn.Module, hf: nn.Module) -> nn.Module:
+def load_hf_albert(ours: AlbertModel | AlbertForPreTraining,
+                   theirs: nn.Module | Mapping[str, torch.Tensor]) -> nn.Module:
     """Copy Hugging Face's ``AlbertForPreTraining`` into our :class:`AlbertForPreTraining`, or its
-    ``AlbertModel`` into our :class:`AlbertModel` (``sharing="all"``, same sizes)."""
+    ``AlbertModel`` into our :class:`AlbertModel` (``sharing="all"``, same sizes); ``theirs`` a
+    model or its state dict. Both MLM decoders are the token embedding (tied). Returns ``ours``."""
     heads = isinstance(ours, AlbertForPreTraining)
     if not heads and not isinstance(ours, AlbertModel):
         raise TypeError(f"ours must be an AlbertForPreTraining or AlbertModel, got {type(ours).__name__}")
-    cfg = ours.cfg
-    if cfg.sharing != "all":
-        raise ValueError(f"Hugging Face's ALBERT shares every layer: build ours with sharing='all', got {cfg.sharing!r}")
-    tied = ["mlm.decoder.weight"] if heads else []
-    tied_theirs = ["predictions.decoder.weight", "predictions.decoder.bias"] if heads else []
-    state = hf.state_dict()
-    return copy_weights(ours, state, hf_albert_table("albert." if heads else "", heads), tied=tied,
-                        tied_theirs=[k for k in tied_theirs if k in state])
+    if ours.cfg.sharing != "all":
+        raise ValueError("Hugging Face's ALBERT shares every layer: build ours with sharing='all', "
+                         f"got {ours.cfg.sharing!r}")
+    state = as_state_dict(theirs)
+    tied_theirs = [k for k in ("predictions.decoder.weight", "predictions.decoder.bias") if k in state]
+    return copy_weights(ours, state, hf_albert_table("albert." if heads else "", heads),
+                        tied=["mlm.decoder.weight"] if heads else [], tied_theirs=tied_theirs if heads else [],
+                        ignore_theirs=[k for k in state if k.endswith("position_ids")])
+
+
+copy_from_hf_albert = load_hf_albert      # the earlier name (chapter 10)

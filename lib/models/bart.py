@@ -38,7 +38,7 @@ d_ff=3072, dropout=0.1, max_len=1024, pad_id=0, layer_norm_eps=1e-5)``; ``BartCo
     decoder state of the final token (``[EOS]``), which has attended to the whole input, feeds
     a dense + tanh + linear head (as ``BartClassificationHead``). ``forward(ids) -> logits``
     with ``ids`` ending in ``eos_id`` before the padding.
-``hf_bart_table(cfg)`` and ``copy_from_hf_bart(ours, hf)``: the weights of a Hugging Face
+``hf_bart_table(cfg)`` and ``load_hf_bart(ours, theirs)``: the weights of a Hugging Face
     ``BartForConditionalGeneration`` into ours (``lib.models.reference.copy_weights``).
 
 Explained in chapters/10_bart_albert.ipynb.
@@ -46,17 +46,18 @@ Explained in chapters/10_bart_albert.ipynb.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Mapping
 
 import torch
 import torch.nn as nn
 
 from lib.kv_cache import KVCache
 from lib.layers import layer_norm, num_parameters
-from lib.models.reference import Source, copy_weights
+from lib.models.reference import Source, as_state_dict, copy_weights
 from lib.models.transformer import Decoder, Encoder, TeacherForcing
 from lib.validate import check_int, check_tensor
 
-__all__ = ["BartConfig", "Bart", "BartClassifier", "hf_bart_table", "copy_from_hf_bart"]
+__all__ = ["BartConfig", "Bart", "BartClassifier", "hf_bart_table", "load_hf_bart", "copy_from_hf_bart"]
 
 
 @dataclass
@@ -246,10 +247,15 @@ def hf_bart_table(cfg: BartConfig) -> dict[str, str | Source]:
     return t
 
 
-def copy_from_hf_bart(ours: Bart, hf: nn.Module) -> Bart:
-    """Copy a Hugging Face ``BartForConditionalGeneration`` (same sizes) into ``ours``. Their
-    ``final_logits_bias`` buffer must be zero (it is in the released models): ours has no bias."""
-    state = hf.state_dict()
+def load_hf_bart(ours: Bart, theirs: nn.Module | Mapping[str, torch.Tensor]) -> Bart:
+    """Copy a Hugging Face ``BartForConditionalGeneration`` (a model or its state dict, same sizes)
+    into ``ours``, every tensor used once. Their encoder and decoder ``embed_tokens`` and their
+    ``lm_head`` are ``model.shared`` (tied), as our ``lm_head`` is our ``embed``. Their
+    ``final_logits_bias`` buffer must be zero (it is in the released models): ours has no bias.
+    Returns ``ours``."""
+    if not isinstance(ours, Bart):
+        raise TypeError(f"ours must be our Bart, got {type(ours).__name__}")
+    state = as_state_dict(theirs)
     bias = state.get("final_logits_bias")
     if bias is not None and bias.abs().max() > 0:
         raise ValueError("final_logits_bias is not zero; lib.models.bart.Bart has no output bias")
@@ -257,3 +263,6 @@ def copy_from_hf_bart(ours: Bart, hf: nn.Module) -> Bart:
                                "lm_head.weight") if k in state]
     return copy_weights(ours, state, hf_bart_table(ours.cfg), tied=["lm_head.weight"], tied_theirs=tied_theirs,
                         ignore_theirs=["final_logits_bias"] if bias is not None else [])
+
+
+copy_from_hf_bart = load_hf_bart      # the earlier name (chapter 10)

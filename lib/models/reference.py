@@ -22,12 +22,14 @@ that the "used once" check still catches a key that was simply named twice by mi
 Keys that are the same tensor on one side (tied weights) are listed in ``tied`` and
 skipped on that side.
 
-The ``torch.nn`` references of chapter 3 are copied this way too:
-``copy_from_torch_mha(mha, torch_mha)`` (a ``torch.nn.MultiheadAttention`` into a
-``lib.attention.MultiHeadAttention``) and ``copy_from_torch_transformer(core, torch_transformer)``
-(a ``torch.nn.Transformer`` into a ``lib.models.transformer.TransformerCore``).
+This file is only the mechanism. Each model file owns its name table and one loader that knows
+its tied and ignored keys, ``load_hf_<model>(ours, theirs)``: ``lib.models.gpt.load_hf_gpt``,
+``bert.load_hf_bert``, ``albert.load_hf_albert``, ``ernie.load_hf_ernie``, ``bart.load_hf_bart``,
+``t5.load_hf_t5``, ``transformer_xl.load_hf_transformer_xl``, ``xlnet.load_hf_xlnet``,
+``switch.load_hf_switch``; ``lib.models.transformer`` has the ``torch.nn`` copies of chapter 3
+(``copy_from_torch_mha``, ``copy_from_torch_transformer``).
 
-Explained in chapters/07_gpt.ipynb (chapter 3 uses its torch.nn copies through lib.models.transformer).
+Explained in chapters/07_gpt.ipynb.
 """
 from __future__ import annotations
 
@@ -37,8 +39,7 @@ from typing import Callable, Iterable, Mapping
 import torch
 from torch import nn
 
-__all__ = ["Source", "copy_weights", "split", "transpose", "WeightCopyError", "copy_from_torch_mha",
-           "copy_from_torch_transformer", "hf_bert_table"]
+__all__ = ["Source", "copy_weights", "split", "transpose", "WeightCopyError", "as_state_dict"]
 
 
 class WeightCopyError(ValueError):
@@ -77,7 +78,8 @@ def split(index: int, parts: int, dim: int = 0, then: Callable[[torch.Tensor], t
     return take
 
 
-def _state(module_or_state: nn.Module | Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def as_state_dict(module_or_state: nn.Module | Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The state dict of a model, or a copy of a state dict (e.g. a ``model.safetensors``)."""
     if isinstance(module_or_state, nn.Module):
         return dict(module_or_state.state_dict())
     if isinstance(module_or_state, Mapping):
@@ -100,8 +102,8 @@ def copy_weights(ours: nn.Module, theirs: nn.Module | Mapping[str, torch.Tensor]
     """
     if not isinstance(ours, nn.Module):
         raise TypeError(f"ours must be an nn.Module, got {type(ours).__name__}")
-    mine = _state(ours)
-    ref = _state(theirs)
+    mine = as_state_dict(ours)
+    ref = as_state_dict(theirs)
     tied, tied_theirs, ignore_theirs = set(tied), set(tied_theirs), set(ignore_theirs)
     problems: list[str] = []
 
@@ -164,95 +166,3 @@ def copy_weights(ours: nn.Module, theirs: nn.Module | Mapping[str, torch.Tensor]
                 raise WeightCopyError(f"{k} is in our state dict but is not a parameter or buffer")
             target.copy_(value.to(dtype=target.dtype, device=target.device))
     return ours
-
-
-# ----------------------------------------------------------------------------- torch.nn references
-
-def _linear(ours: str, theirs: str, bias: bool = True) -> dict[str, str]:
-    """A ``Linear`` or ``LayerNorm``: weight (and bias) under the same names on both sides."""
-    return {f"{ours}.weight": f"{theirs}.weight", **({f"{ours}.bias": f"{theirs}.bias"} if bias else {})}
-
-
-def _mha_table(ours: str, theirs: str, bias: bool = True) -> dict[str, str | Source]:
-    """``lib.attention.MultiHeadAttention`` at ``ours`` from ``nn.MultiheadAttention`` at ``theirs``:
-    w_q, w_k, w_v are the three row blocks of the packed ``in_proj``; w_o is ``out_proj``."""
-    table: dict[str, str | Source] = {}
-    for i, name in enumerate("qkv"):
-        table[f"{ours}w_{name}.weight"] = Source(f"{theirs}in_proj_weight", split(i, 3), shared=True)
-        if bias:
-            table[f"{ours}w_{name}.bias"] = Source(f"{theirs}in_proj_bias", split(i, 3), shared=True)
-    return {**table, **_linear(f"{ours}w_o", f"{theirs}out_proj", bias)}
-
-
-def copy_from_torch_mha(mha: nn.Module, torch_mha: nn.MultiheadAttention) -> nn.Module:
-    """Copy a ``torch.nn.MultiheadAttention`` (same d_model and heads, packed in-projection) into
-    ``mha``, a ``lib.attention.MultiHeadAttention``; every weight on both sides is used once."""
-    if not isinstance(torch_mha, nn.MultiheadAttention):
-        raise TypeError(f"torch_mha must be a torch.nn.MultiheadAttention, got {type(torch_mha).__name__}")
-    if torch_mha.embed_dim != mha.d_model or torch_mha.num_heads != mha.num_heads:
-        raise ValueError(f"shape mismatch: torch ({torch_mha.embed_dim}, {torch_mha.num_heads} heads), "
-                         f"ours ({mha.d_model}, {mha.num_heads} heads)")
-    if torch_mha.in_proj_weight is None:
-        raise ValueError("torch_mha must use a packed in_proj_weight (kdim == vdim == embed_dim)")
-    return copy_weights(mha, torch_mha, _mha_table("", "", bias=torch_mha.in_proj_bias is not None))
-
-
-def copy_from_torch_transformer(core: nn.Module, torch_transformer: nn.Transformer) -> nn.Module:
-    """Copy every weight of a ``torch.nn.Transformer`` into ``core``, a
-    ``lib.models.transformer.TransformerCore`` of the same sizes (every weight used once)."""
-    if not isinstance(torch_transformer, nn.Transformer):
-        raise TypeError(f"torch_transformer must be a torch.nn.Transformer, got {type(torch_transformer).__name__}")
-    enc, dec = torch_transformer.encoder, torch_transformer.decoder
-    if len(enc.layers) != len(core.encoder.layers) or len(dec.layers) != len(core.decoder.layers):
-        raise ValueError(f"layer counts differ: torch_transformer has {len(enc.layers)} + {len(dec.layers)}, "
-                         f"core has {len(core.encoder.layers)} + {len(core.decoder.layers)}")
-    table: dict[str, str | Source] = {}
-    for i in range(len(enc.layers)):
-        p = f"encoder.layers.{i}."
-        table |= _mha_table(p + "self_attn.", p + "self_attn.")
-        for ours, theirs in (("ffn.linear1", "linear1"), ("ffn.linear2", "linear2"),
-                             ("attn_block.norm", "norm1"), ("ffn_block.norm", "norm2")):
-            table |= _linear(p + ours, p + theirs)
-    for i in range(len(dec.layers)):
-        p = f"decoder.layers.{i}."
-        table |= _mha_table(p + "self_attn.", p + "self_attn.")
-        table |= _mha_table(p + "cross_attn.", p + "multihead_attn.")
-        for ours, theirs in (("ffn.linear1", "linear1"), ("ffn.linear2", "linear2"), ("self_block.norm", "norm1"),
-                             ("cross_block.norm", "norm2"), ("ffn_block.norm", "norm3")):
-            table |= _linear(p + ours, p + theirs)
-    table |= _linear("encoder.norm", "encoder.norm") | _linear("decoder.norm", "decoder.norm")
-    return copy_weights(core, torch_transformer, table)
-
-
-# ----------------------------------------------------------------------------- Hugging Face BERT
-
-def hf_bert_table(num_layers: int, prefix: str = "bert.", heads: bool = True,
-                  pooler: bool = True) -> dict[str, str | Source]:
-    """Name table from Hugging Face ``BertForPreTraining`` (``prefix="bert."``, ``heads=True``) or
-    ``BertModel`` (``prefix=""``) to ``lib.models.bert``'s ``BertForPreTraining`` / ``BertModel``.
-
-    Our tied MLM decoder (``mlm.decoder.weight``) is not in the table: it is the token embedding.
-    ``heads=False`` maps a ``BertModel`` of ours (no ``bert.`` in our keys)."""
-    ours = "bert." if heads else ""
-    table: dict[str, str | Source] = {}
-    e, te = f"{ours}embeddings.", f"{prefix}embeddings."
-    for name in ("word_embeddings", "position_embeddings", "token_type_embeddings"):
-        table[f"{e}{name}.weight"] = f"{te}{name}.weight"
-    table |= _linear(f"{e}norm", f"{te}LayerNorm")
-    for i in range(num_layers):
-        o, t = f"{ours}encoder.layers.{i}.", f"{prefix}encoder.layer.{i}."
-        for q, name in (("q", "query"), ("k", "key"), ("v", "value")):
-            table |= _linear(f"{o}attention.w_{q}", f"{t}attention.self.{name}")
-        table |= _linear(f"{o}attention.w_o", f"{t}attention.output.dense")
-        table |= _linear(f"{o}attention_block.norm", f"{t}attention.output.LayerNorm")
-        table |= _linear(f"{o}ffn.linear1", f"{t}intermediate.dense")
-        table |= _linear(f"{o}ffn.linear2", f"{t}output.dense")
-        table |= _linear(f"{o}ffn_block.norm", f"{t}output.LayerNorm")
-    if pooler:
-        table |= _linear(f"{ours}pooler.dense", f"{prefix}pooler.dense")
-    if heads:
-        table |= _linear("mlm.dense", "cls.predictions.transform.dense")
-        table |= _linear("mlm.norm", "cls.predictions.transform.LayerNorm")
-        table["mlm.bias"] = "cls.predictions.bias"
-        table |= _linear("nsp", "cls.seq_relationship")
-    return table

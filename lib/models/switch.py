@@ -30,7 +30,7 @@ the same fixed-shape layout the paper uses on TPUs, and the tensor that expert p
 exchanges between devices with an all-to-all.
 
 The conventions of Hugging Face's ``SwitchTransformersSparseMLP`` (checked equal in
-``tests/test_switch.py`` with weights copied by :func:`hf_sparse_mlp_table`): a group is one
+``tests/test_switch.py`` with weights copied by :func:`load_hf_switch`): a group is one
 sequence of the batch; within a group, tokens claim places in their expert's queue in
 sequence order (the first tokens win, not the most confident ones); the expert's output is
 scaled by the router probability of the chosen expert; the load-balancing loss counts each
@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Mapping
 
 import torch
 import torch.nn as nn
@@ -51,10 +52,11 @@ import torch.nn.functional as F
 from lib import validate
 from lib.layers import ACTIVATIONS
 from lib.models.gpt import GPT, GPTConfig
-from lib.models.reference import Source
+from lib.models.reference import Source, as_state_dict, copy_weights
 
 __all__ = ["expert_capacity", "Routing", "route_top1", "load_balancing_loss", "RouterStats", "SwitchFFN",
-           "ExpertParallelSwitchFFN", "all_to_all", "SwitchGPTConfig", "SwitchGPT", "hf_sparse_mlp_table"]
+           "ExpertParallelSwitchFFN", "all_to_all", "SwitchGPTConfig", "SwitchGPT", "hf_sparse_mlp_table",
+           "load_hf_switch"]
 
 
 # ----------------------------------------------------------------------------- routing
@@ -422,3 +424,11 @@ def hf_sparse_mlp_table(num_experts: int, prefix: str = "", theirs_prefix: str =
                                     stack_t),
             f"{prefix}w_out": Source(tuple(f"{theirs_prefix}experts.expert_{i}.wo.weight" for i in range(num_experts)),
                                      stack_t)}
+
+
+def load_hf_switch(ours: SwitchFFN, theirs: nn.Module | Mapping[str, torch.Tensor]) -> SwitchFFN:
+    """Copy a Hugging Face ``SwitchTransformersSparseMLP`` (a layer or its state dict) into our
+    :class:`SwitchFFN` (``bias=False``, as many experts), every weight used once. Returns ``ours``."""
+    if not isinstance(ours, SwitchFFN):
+        raise TypeError(f"ours must be our SwitchFFN, got {type(ours).__name__}")
+    return copy_weights(ours, as_state_dict(theirs), hf_sparse_mlp_table(ours.num_experts))

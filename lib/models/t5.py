@@ -37,8 +37,8 @@ are shifted right with it, :meth:`T5.shift_right`). The cache is
 :class:`lib.kv_cache.KVCache`: each decoder layer keeps its self-attention keys and
 values and the cross-attention keys and values of the encoder output (computed once).
 
-:func:`hf_t5_table` maps our weights to Hugging Face's ``T5ForConditionalGeneration`` for
-:func:`lib.models.reference.copy_weights`; the tests check that the logits agree.
+:func:`hf_t5_table` maps our weights to Hugging Face's ``T5ForConditionalGeneration`` and
+:func:`load_hf_t5` copies them in; the tests check that the logits agree.
 :func:`mask_pattern` draws the three attention patterns of the paper's Figure 3.
 
 Explained in chapters/11_t5.ipynb.
@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from typing import Mapping
 
 import torch
 import torch.nn as nn
@@ -56,11 +57,11 @@ from lib import kv_cache
 from lib.attention import look_ahead_mask, merge_heads, split_heads
 from lib.kv_cache import KVCache
 from lib.layers import num_parameters
-from lib.models.reference import Source
+from lib.models.reference import Source, as_state_dict, copy_weights
 from lib.validate import check_bool, check_choice, check_int, check_tensor
 
 __all__ = ["T5Config", "PUBLISHED", "RMSNorm", "relative_position_bucket", "T5Attention", "FeedForward",
-           "EncoderLayer", "DecoderLayer", "Stack", "T5", "hf_t5_table",
+           "EncoderLayer", "DecoderLayer", "Stack", "T5", "hf_t5_table", "load_hf_t5",
            "mask_pattern", "PATTERNS"]
 
 FEED_FORWARD = ("relu", "gated-gelu")
@@ -454,11 +455,11 @@ def _attention_table(ours: str, theirs: str, with_bias: bool) -> dict[str, str]:
 
 
 def hf_t5_table(cfg: T5Config) -> dict[str, str | Source]:
-    """Our keys -> ``T5ForConditionalGeneration`` keys. Copy with
-    ``tied_theirs=["encoder.embed_tokens.weight", "decoder.embed_tokens.weight", "lm_head.weight"]``
-    and, when ``cfg.tie_word_embeddings``, ``tied=["lm_head.weight"]``. (``transformers`` 5 always
-    ties its output layer to ``shared`` and only skips the ``d_model^-0.5`` rescaling for a
-    config made with ``tie_word_embeddings=False``; our untied ``lm_head`` then gets a copy.)"""
+    """Our keys -> ``T5ForConditionalGeneration`` keys; their ``embed_tokens`` and ``lm_head``
+    are ``shared`` (tied) and not in the table, nor is our ``lm_head`` when
+    ``cfg.tie_word_embeddings``. (``transformers`` 5 always ties its output layer to ``shared``
+    and only skips the ``d_model^-0.5`` rescaling for a config made with
+    ``tie_word_embeddings=False``; our untied ``lm_head`` then gets a copy.)"""
     ffn = ("wi_0", "wi_1", "wo") if cfg.feed_forward == "gated-gelu" else ("wi", "wo")
     shared = not cfg.tie_word_embeddings
     t: dict[str, str | Source] = {"shared.weight": Source("shared.weight", shared=shared),
@@ -481,3 +482,17 @@ def hf_t5_table(cfg: T5Config) -> dict[str, str | Source]:
         t |= {f"{ours}.ffn.{w}.weight": f"{theirs}.2.DenseReluDense.{w}.weight" for w in ffn}
         t[f"{ours}.norm_ffn.weight"] = f"{theirs}.2.layer_norm.weight"
     return t
+
+
+def load_hf_t5(ours: T5, theirs: nn.Module | Mapping[str, torch.Tensor]) -> T5:
+    """Copy a Hugging Face ``T5ForConditionalGeneration`` (a model or its state dict, same sizes)
+    into ``ours``, every tensor used once. Their encoder and decoder ``embed_tokens`` and their
+    ``lm_head`` are ``shared`` (tied); so is our ``lm_head`` when ``cfg.tie_word_embeddings``.
+    Returns ``ours``."""
+    if not isinstance(ours, T5):
+        raise TypeError(f"ours must be our T5, got {type(ours).__name__}")
+    state = as_state_dict(theirs)
+    tied_theirs = [k for k in ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight", "lm_head.weight")
+                   if k in state]
+    return copy_weights(ours, state, hf_t5_table(ours.cfg), tied=["lm_head.weight"] if ours.cfg.tie_word_embeddings
+                        else [], tied_theirs=tied_theirs)

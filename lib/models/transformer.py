@@ -31,8 +31,10 @@ norm_first, activation, eps)``: the ``nn.Transformer``-shaped part (no embedding
     projection). ``forward(src, tgt, src_key_padding_mask=None, tgt_key_padding_mask=None,
     memory_key_padding_mask=None, tgt_mask=None) -> (B, T, d_model)`` on embedded inputs.
     At the base configuration it has exactly as many parameters as ``torch.nn.Transformer()``.
-``copy_from_torch_mha`` / ``copy_from_torch_transformer``: live in ``lib.models.reference``
-    (name tables through ``copy_weights``); importable from here too, as chapter 3 does.
+``copy_from_torch_mha(mha, torch_mha)`` / ``copy_from_torch_transformer(core, torch_transformer)``:
+    a ``torch.nn.MultiheadAttention`` into a ``lib.attention.MultiHeadAttention``, a
+    ``torch.nn.Transformer`` into a ``TransformerCore`` (name tables through
+    ``lib.models.reference.copy_weights``, every weight used once).
 The cache of incremental decoding is ``lib.kv_cache.KVCache`` (shared with GPT, BART and T5).
 ``Transformer(cfg)``:
     ``encode(src, src_key_padding_mask=None) -> memory (B, S, d_model)`` (mask from ``pad_id``
@@ -62,7 +64,7 @@ from lib import kv_cache
 from lib.attention import MultiHeadAttention, combine_masks, look_ahead_mask
 from lib.kv_cache import KVCache
 from lib.layers import PositionalEncoding, PositionwiseFeedForward, ResidualBlock, layer_norm, num_parameters
-from lib.models.reference import copy_from_torch_mha, copy_from_torch_transformer  # noqa: F401 (chapter 3)
+from lib.models.reference import Source, copy_weights, split
 
 __all__ = ["TransformerConfig", "TeacherForcing", "EncoderLayer", "DecoderLayer", "Encoder", "Decoder",
            "TransformerCore", "Transformer", "copy_from_torch_mha", "copy_from_torch_transformer"]
@@ -369,3 +371,61 @@ class Transformer(TeacherForcing, nn.Module):
             for layer in layers:
                 layer.keep_weights = False
             self.train(was_training)
+
+
+# ----------------------------------------------------------------------------- torch.nn references
+
+def _linear(ours: str, theirs: str, bias: bool = True) -> dict[str, str]:
+    """A ``Linear`` or ``LayerNorm``: weight (and bias) under the same names on both sides."""
+    return {f"{ours}.weight": f"{theirs}.weight", **({f"{ours}.bias": f"{theirs}.bias"} if bias else {})}
+
+
+def _mha_table(ours: str, theirs: str, bias: bool = True) -> dict[str, str | Source]:
+    """``lib.attention.MultiHeadAttention`` at ``ours`` from ``nn.MultiheadAttention`` at ``theirs``:
+    w_q, w_k, w_v are the three row blocks of the packed ``in_proj``; w_o is ``out_proj``."""
+    table: dict[str, str | Source] = {}
+    for i, name in enumerate("qkv"):
+        table[f"{ours}w_{name}.weight"] = Source(f"{theirs}in_proj_weight", split(i, 3), shared=True)
+        if bias:
+            table[f"{ours}w_{name}.bias"] = Source(f"{theirs}in_proj_bias", split(i, 3), shared=True)
+    return {**table, **_linear(f"{ours}w_o", f"{theirs}out_proj", bias)}
+
+
+def copy_from_torch_mha(mha: nn.Module, torch_mha: nn.MultiheadAttention) -> nn.Module:
+    """Copy a ``torch.nn.MultiheadAttention`` (same d_model and heads, packed in-projection) into
+    ``mha``, a ``lib.attention.MultiHeadAttention``; every weight on both sides is used once."""
+    if not isinstance(torch_mha, nn.MultiheadAttention):
+        raise TypeError(f"torch_mha must be a torch.nn.MultiheadAttention, got {type(torch_mha).__name__}")
+    if torch_mha.embed_dim != mha.d_model or torch_mha.num_heads != mha.num_heads:
+        raise ValueError(f"shape mismatch: torch ({torch_mha.embed_dim}, {torch_mha.num_heads} heads), "
+                         f"ours ({mha.d_model}, {mha.num_heads} heads)")
+    if torch_mha.in_proj_weight is None:
+        raise ValueError("torch_mha must use a packed in_proj_weight (kdim == vdim == embed_dim)")
+    return copy_weights(mha, torch_mha, _mha_table("", "", bias=torch_mha.in_proj_bias is not None))
+
+
+def copy_from_torch_transformer(core: nn.Module, torch_transformer: nn.Transformer) -> nn.Module:
+    """Copy every weight of a ``torch.nn.Transformer`` into ``core``, a
+    ``lib.models.transformer.TransformerCore`` of the same sizes (every weight used once)."""
+    if not isinstance(torch_transformer, nn.Transformer):
+        raise TypeError(f"torch_transformer must be a torch.nn.Transformer, got {type(torch_transformer).__name__}")
+    enc, dec = torch_transformer.encoder, torch_transformer.decoder
+    if len(enc.layers) != len(core.encoder.layers) or len(dec.layers) != len(core.decoder.layers):
+        raise ValueError(f"layer counts differ: torch_transformer has {len(enc.layers)} + {len(dec.layers)}, "
+                         f"core has {len(core.encoder.layers)} + {len(core.decoder.layers)}")
+    table: dict[str, str | Source] = {}
+    for i in range(len(enc.layers)):
+        p = f"encoder.layers.{i}."
+        table |= _mha_table(p + "self_attn.", p + "self_attn.")
+        for ours, theirs in (("ffn.linear1", "linear1"), ("ffn.linear2", "linear2"),
+                             ("attn_block.norm", "norm1"), ("ffn_block.norm", "norm2")):
+            table |= _linear(p + ours, p + theirs)
+    for i in range(len(dec.layers)):
+        p = f"decoder.layers.{i}."
+        table |= _mha_table(p + "self_attn.", p + "self_attn.")
+        table |= _mha_table(p + "cross_attn.", p + "multihead_attn.")
+        for ours, theirs in (("ffn.linear1", "linear1"), ("ffn.linear2", "linear2"), ("self_block.norm", "norm1"),
+                             ("cross_block.norm", "norm2"), ("ffn_block.norm", "norm3")):
+            table |= _linear(p + ours, p + theirs)
+    table |= _linear("encoder.norm", "encoder.norm") | _linear("decoder.norm", "decoder.norm")
+    return copy_weights(core, torch_transformer, table)

@@ -39,7 +39,8 @@ Masks are boolean, True = may attend, ``(T, M + T)`` or ``(B, T, M + T)``.
 ``transformers`` 5.x no longer ships Transformer-XL, but its XLNet keeps the same relative
 attention and memory; with ``attn_type="uni"`` (causal) and no permutation, ``XLNetModel`` is
 a Transformer-XL with XLNet's layer layout (post-LN, no embedding scale, no adaptive
-softmax). :func:`hf_xlnet_table` maps our weights to it, and the tests check equality with
+softmax). :func:`hf_transformer_xl_table` maps our weights to it and :func:`load_hf_transformer_xl`
+copies them in, leaving out XLNet's parts a Transformer-XL does not have; the tests check equality with
 memory over several segments. The layer layout here is therefore XLNet's: ``LN(x + Attn(x))``
 then ``LN(y + FF(y))``.
 
@@ -50,6 +51,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from typing import Mapping
 
 import torch
 import torch.nn as nn
@@ -57,12 +59,12 @@ import torch.nn.functional as F
 
 from lib.attention import look_ahead_mask, masked_softmax, split_heads
 from lib.layers import ACTIVATIONS, num_parameters
-from lib.models.reference import Source
+from lib.models.reference import Source, as_state_dict, copy_weights
 from lib.validate import check_int, check_tensor
 
 __all__ = ["relative_distances", "relative_sinusoid", "rel_shift", "RelativeMultiHeadAttention",
            "RelativeLayer", "update_memory", "TransformerXLConfig", "TransformerXL",
-           "hf_xlnet_table", "batchify", "evaluate_with_memory", "evaluate_sliding_window"]
+           "hf_transformer_xl_table", "load_hf_transformer_xl", "batchify", "evaluate_with_memory", "evaluate_sliding_window"]
 
 
 # ----------------------------------------------------------------------------- positions
@@ -426,12 +428,29 @@ def layer_table(ours: str, theirs: str, segments: bool) -> dict[str, str | Sourc
     return t
 
 
-def hf_xlnet_table(cfg: TransformerXLConfig) -> dict[str, str | Source]:
-    """Our :class:`TransformerXL` <- ``XLNetLMHeadModel`` with ``attn_type="uni"``. Copy with
-    ``tied=["lm_head.weight"], tied_theirs=["lm_loss.weight"]`` and ignore XLNet's parts a
+def hf_transformer_xl_table(cfg: TransformerXLConfig) -> dict[str, str | Source]:
+    """Our :class:`TransformerXL` <- ``XLNetLMHeadModel`` with ``attn_type="uni"`` (``transformers``
+    no longer has a Transformer-XL). Not in the table: the tied output weights, and XLNet's parts a
     Transformer-XL does not have (every ``r_s_bias``, ``seg_embed`` and ``mask_emb``)."""
     t: dict[str, str | Source] = {"word_embedding.weight": "transformer.word_embedding.weight",
                                   "lm_head.bias": "lm_loss.bias"}
     for i in range(cfg.n_layer):
         t |= layer_table(f"layers.{i}", f"transformer.layer.{i}", segments=False)
     return t
+
+
+def load_hf_transformer_xl(ours: TransformerXL, theirs: nn.Module | Mapping[str, torch.Tensor]) -> TransformerXL:
+    """Copy a Hugging Face ``XLNetLMHeadModel`` made with ``attn_type="uni"`` (a model or its state
+    dict, same sizes) into our :class:`TransformerXL`, every weight used once except XLNet's
+    segment and permutation parts (``r_s_bias``, ``seg_embed``, ``mask_emb``), which a
+    Transformer-XL does not have; our ``lm_head.weight`` and their ``lm_loss.weight`` are the word
+    embedding (tied). Returns ``ours``."""
+    if not isinstance(ours, TransformerXL):
+        raise TypeError(f"ours must be our TransformerXL, got {type(ours).__name__}")
+    state = as_state_dict(theirs)
+    xlnet_only = [k for k in state if k.endswith(("r_s_bias", "seg_embed", "mask_emb"))]
+    return copy_weights(ours, state, hf_transformer_xl_table(ours.cfg), tied=["lm_head.weight"],
+                        tied_theirs=[k for k in ("lm_loss.weight",) if k in state], ignore_theirs=xlnet_only)
+
+
+hf_xlnet_table = hf_transformer_xl_table   # the earlier name (chapter 9); lib.models.xlnet.hf_xlnet_table is XLNet's

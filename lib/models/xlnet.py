@@ -29,7 +29,8 @@ Read top to bottom::
     partial_targets         which positions are predicted: the last num_predict of z
     XLNetConfig, XLNet      embeddings, the layers of lib.models.transformer_xl run twice per
                             layer (content, query), memory, segment term, tied output layer
-    hf_xlnet_table          our keys <- XLNetLMHeadModel / XLNetModel keys
+    hf_xlnet_table          our keys <- XLNetLMHeadModel keys
+    load_hf_xlnet           copies an XLNetLMHeadModel into ours with that table
 
 Shapes are batch-first (HF works sequence-first inside). Masks are boolean, True = may attend.
 
@@ -38,18 +39,20 @@ Explained in chapters/09_transformer_xl_xlnet.ipynb.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Mapping
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from lib.layers import num_parameters
-from lib.models.reference import Source
+from lib.models.reference import Source, as_state_dict, copy_weights
 from lib.models.transformer_xl import (RelativeLayer, TransformerXLConfig, init_weights, layer_table,
                                        relative_distances, relative_sinusoid, update_memory)
 from lib.validate import check_int, check_tensor
 
-__all__ = ["permutation_masks", "partial_targets", "XLNetConfig", "XLNetOutput", "XLNet", "hf_xlnet_table"]
+__all__ = ["permutation_masks", "partial_targets", "XLNetConfig", "XLNetOutput", "XLNet", "hf_xlnet_table",
+           "load_hf_xlnet"]
 
 
 def _ranks(perm: torch.Tensor) -> torch.Tensor:
@@ -165,10 +168,21 @@ class XLNet(nn.Module):
 
 
 def hf_xlnet_table(cfg: XLNetConfig) -> dict[str, str | Source]:
-    """Our :class:`XLNet` <- ``XLNetLMHeadModel``; copy with ``tied=["lm_head.weight"],
-    tied_theirs=["lm_loss.weight"]``. (Its ``.transformer`` is the ``XLNetModel``.)"""
+    """Our :class:`XLNet` <- ``XLNetLMHeadModel`` (its ``.transformer`` is the ``XLNetModel``).
+    Both output weights are the token embedding (tied) and not in the table; the output bias is."""
     t: dict[str, str | Source] = {"word_embedding.weight": "transformer.word_embedding.weight",
                                   "mask_emb": "transformer.mask_emb", "lm_head.bias": "lm_loss.bias"}
     for i in range(cfg.n_layer):
         t |= layer_table(f"layers.{i}", f"transformer.layer.{i}", segments=True)
     return t
+
+
+def load_hf_xlnet(ours: XLNet, theirs: nn.Module | Mapping[str, torch.Tensor]) -> XLNet:
+    """Copy a Hugging Face ``XLNetLMHeadModel`` (a model or its state dict, same sizes) into
+    ``ours``, every tensor used once; our ``lm_head.weight`` and their ``lm_loss.weight`` are the
+    word embedding (tied). Returns ``ours``."""
+    if not isinstance(ours, XLNet):
+        raise TypeError(f"ours must be our XLNet, got {type(ours).__name__}")
+    state = as_state_dict(theirs)
+    return copy_weights(ours, state, hf_xlnet_table(ours.cfg), tied=["lm_head.weight"],
+                        tied_theirs=[k for k in ("lm_loss.weight",) if k in state])

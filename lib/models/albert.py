@@ -53,7 +53,7 @@ from lib.models.reference import Source, as_state_dict, copy_weights
 from lib.validate import check_choice, check_int, check_probability
 
 __all__ = ["AlbertConfig", "AlbertEmbeddings", "AlbertEncoder", "AlbertModel", "AlbertForPreTraining",
-           "PUBLISHED", "SHARING", "hf_albert_table", "load_hf_albert", "copy_from_hf_albert"]
+           "PUBLISHED", "SHARING", "hf_albert_table", "load_hf_albert"]
 
 SHARING = ("all", "attention", "ffn", "none")
 
@@ -260,6 +260,3 @@ def load_hf_albert(ours: AlbertModel | AlbertForPreTraining,
     return copy_weights(ours, state, hf_albert_table("albert." if heads else "", heads),
                         tied=["mlm.decoder.weight"] if heads else [], tied_theirs=tied_theirs if heads else [],
                         ignore_theirs=[k for k in state if k.endswith("position_ids")])
-
-
-copy_from_hf_albert = load_hf_albert      # the earlier name (chapter 10)

@@ -57,7 +57,7 @@ from lib.models.reference import Source, as_state_dict, copy_weights
 from lib.models.transformer import Decoder, Encoder, TeacherForcing
 from lib.validate import check_int, check_tensor
 
-__all__ = ["BartConfig", "Bart", "BartClassifier", "hf_bart_table", "load_hf_bart", "copy_from_hf_bart"]
+__all__ = ["BartConfig", "Bart", "BartClassifier", "hf_bart_table", "load_hf_bart"]
 
 
 @dataclass
@@ -263,6 +263,3 @@ def load_hf_bart(ours: Bart, theirs: nn.Module | Mapping[str, torch.Tensor]) -> 
                                "lm_head.weight") if k in state]
     return copy_weights(ours, state, hf_bart_table(ours.cfg), tied=["lm_head.weight"], tied_theirs=tied_theirs,
                         ignore_theirs=["final_logits_bias"] if bias is not None else [])
-
-
-copy_from_hf_bart = load_hf_bart      # the earlier name (chapter 10)

@@ -451,6 +451,3 @@ def load_hf_transformer_xl(ours: TransformerXL, theirs: nn.Module | Mapping[str,
     xlnet_only = [k for k in state if k.endswith(("r_s_bias", "seg_embed", "mask_emb"))]
     return copy_weights(ours, state, hf_transformer_xl_table(ours.cfg), tied=["lm_head.weight"],
                         tied_theirs=[k for k in ("lm_loss.weight",) if k in state], ignore_theirs=xlnet_only)
-
-
-hf_xlnet_table = hf_transformer_xl_table   # the earlier name (chapter 9); lib.models.xlnet.hf_xlnet_table is XLNet's

@@ -279,6 +279,7 @@ def checked_notebook(path: Path, stored: str, *more: str) -> Path:
                                           outputs=[nbformat.v4.new_output("stream", name="stdout", text=stored)]),
                 nbformat.v4.new_code_cell("import random\nprint(random.random())")]       # unchecked: varies
     nb.cells += [nbformat.v4.new_code_cell(s) for s in more]
+    nb.cells.insert(0, nbformat.v4.new_markdown_cell("# A chapter"))   # the cache keeps code cells only
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, path)
     return path
@@ -305,6 +306,9 @@ def test_execute_chapters_check_compares_checked_cells_and_fails_on_errors(tmp_p
         # a cached notebook is checked against the cache; --force runs it again
         assert execute_chapters.execute([changed], budget=120, cache_dir=cache, check=True) == 1
         assert "cached, not run again" in capsys.readouterr().out
+        assert execute_chapters.execute([good], budget=120, cache_dir=cache, check=True) == 0
+        out = capsys.readouterr().out
+        assert "cached, not run again" in out and "every checked cell gives its stored output" in out
         assert execute_chapters.execute([good], budget=120, cache_dir=cache, check=True, force=True,
                                         junit=junit) == 0
         out = capsys.readouterr().out

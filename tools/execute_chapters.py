@@ -217,10 +217,11 @@ def execute(paths: list[Path], budget: int, cache_dir: Path = CACHE, *, force: b
         nb = nbformat.read(path, as_version=4)
         if not force:
             try:
-                record = cache.match_cache_notebook(nb)
+                # the cache keeps the code cells only: their outputs merged into the whole notebook
+                _, merged = cache.merge_match_into_notebook(nb)
                 print(f"[execute] {rel}: cached, not run again", flush=True)
                 if check:
-                    checked(rel, nb, cache.get_cache_bundle(record.pk).nb, 0.0)
+                    checked(rel, nb, merged, 0.0)
                 continue
             except KeyError:
                 pass

@@ -184,7 +184,7 @@ def prove(dist: Path = DIST, only: list[str] | None = None, timeout: float = 60.
     tmp = Path(tempfile.mkdtemp(prefix="prove-"))
     tests_by = {}
     infos: dict[str, MasterInfo] = {}
-    shipped: dict[str, list[str]] = {m.key: [] for m in masters}   # the languages of its student notebooks
+    shipped: dict[str, list[str]] = {m.key: [] for m in masters}   # its sound translated student notebooks
     for m in masters:
         fail = failures[m.key].append
         try:
@@ -212,9 +212,11 @@ def prove(dist: Path = DIST, only: list[str] | None = None, timeout: float = 60.
         for lang in LANGUAGES:   # a translated student notebook: the English one, Markdown text aside
             translated = m.student_nb(dist, lang)
             if translated.exists():
-                shipped[m.key].append(lang)
-                for problem in differences(m.student_nb(dist), translated) + find_leaks(translated, info):
+                problems = differences(m.student_nb(dist), translated) + find_leaks(translated, info)
+                for problem in problems:
                     fail(f"the {lang} student notebook: {problem}")
+                if not problems:
+                    shipped[m.key].append(lang)
         try:
             tests = load_tests(m.zip_path(dist))
         except SystemExit as e:

@@ -5,7 +5,10 @@ page's messages (paragraphs, headings, list items, table cells, the Markdown cel
 notebooks) are extracted, translated in one catalog per page under ``locales/ko/LC_MESSAGES/``
 (``intro.po``, ``chapters/03_transformer.po``, ...), and the Korean site is built from the same
 sources and the same executed notebooks (the jupyter-cache), with the catalogs applied. Code,
-math and outputs are never messages. ``locales/README.md`` explains the workflow.
+math and outputs are never messages. Each graded exercise set's student notebook has a catalog too,
+``locales/ko/exercises/<chapter>/<name>.po`` (its messages: the paragraphs of the master's Markdown
+cells; tools/exercises.py build writes the Korean notebook from it), checked by the same rules.
+``locales/README.md`` explains the workflow.
 
     python tools/i18n.py update          # re-extract and merge into the catalogs (new pages get one)
     python tools/i18n.py check           # what the test pass checks (tests/test_i18n.py), as a report

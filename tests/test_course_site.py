@@ -50,3 +50,51 @@ def test_hangul_in_code_is_two_columns_of_the_code_font():
         assert abs(left - right) < 0.1 * upm, f"{ch} is not centred in its two columns ({left}, {right})"
     assert font["name"].getDebugName(1) == course_site.HANGUL_MONO_FAMILY
     assert mono["name"].getDebugName(1) == course_site.MONO_FAMILY
+
+
+def test_the_korean_site_links_the_korean_student_notebooks(tmp_path, monkeypatch):
+    """A download link to an English student notebook leads, on the Korean site, to the same set's Korean
+    notebook where it was built (the {exercise-sets} list and the run box link from the root, a chapter
+    from its folder); the English site and every other download are left alone."""
+    import os
+    from types import SimpleNamespace
+
+    from docutils import nodes
+    from sphinx import addnodes
+
+    tool = course_site._exercises_tool()
+    dist = tmp_path / "exercises" / "_dist"
+    monkeypatch.setattr(tool, "DIST", dist)
+    master = next(m for m in tool.discover() if m.key == "03_transformer/sdpa_padding")
+    english, korean = master.student_nb(dist), master.student_nb(dist, "ko")
+    english.parent.mkdir(parents=True)
+    english.touch()
+    assert course_site.student_notebook(english, "ko") == english      # not built: the English one
+    korean.parent.mkdir()
+    korean.touch()
+    assert course_site.student_notebook(english, "ko") == korean
+    assert course_site.student_notebook(english, "en") == english
+    chapter = tmp_path / "chapters" / "03_transformer.ipynb"
+    assert course_site.student_notebook(chapter, "ko") == chapter
+
+    def relfn2path(target, docname):   # Sphinx's BuildEnvironment.relfn2path
+        rel = target[1:] if target.startswith("/") else os.path.join(os.path.dirname(docname), target)
+        return os.path.normpath(rel), os.path.normpath(os.path.join(tmp_path, rel))
+
+    def site(language, docname, targets):
+        doctree = nodes.section()
+        for target in targets:
+            doctree += addnodes.download_reference("", "", reftarget=target)
+        app = SimpleNamespace(config=SimpleNamespace(language=language), srcdir=str(tmp_path),
+                              env=SimpleNamespace(docname=docname, relfn2path=relfn2path))
+        course_site._student_notebooks_in_the_site_language(app, doctree)
+        return [ref["reftarget"] for ref in doctree.findall(addnodes.download_reference)]
+
+    listed = "/" + english.relative_to(tmp_path).as_posix()
+    from_chapter = "../" + english.relative_to(tmp_path).as_posix()
+    ko = "/" + korean.relative_to(tmp_path).as_posix()
+    assert site("ko", "exercise_sets", [listed, "/chapters/03_transformer.ipynb"]) == \
+        [ko, "/chapters/03_transformer.ipynb"]
+    assert site("ko", "chapters/03_transformer", [from_chapter]) == [ko]
+    assert site(None, "exercise_sets", [listed]) == [listed]
+    assert site("en", "chapters/03_transformer", [from_chapter]) == [from_chapter]

@@ -41,12 +41,16 @@ def test_build_outputs_and_prunes_stale(dist):
         assert m.solution_nb(dist).is_file()
     assert not (dist / "99_gone").exists() and not (dist / "03_transformer" / "removed_set").exists()
     assert not list(dist.rglob("*.pdf")), "no PDFs are generated"
+    for m in masters:   # every set has a Korean catalog, hence a Korean student notebook
+        assert m.student_nb(dist, "ko").is_file(), m.student_nb(dist, "ko")
+        assert E.differences(m.student_nb(dist), m.student_nb(dist, "ko")) == [], m.key
     before = {p.relative_to(dist) for p in dist.rglob("*")}
-    published = {m.key: m.student_nb(dist).read_bytes() for m in masters}
+    published = {(m.key, lang): m.student_nb(dist, lang).read_bytes() for m in masters for lang in (None, "ko")}
     E.build(dist)  # idempotent: same files, stable names
     assert {p.relative_to(dist) for p in dist.rglob("*")} == before
     for m in masters:  # rebuilding publishes byte-identical student notebooks (stable cell ids)
-        assert m.student_nb(dist).read_bytes() == published[m.key], m.key
+        for lang in (None, "ko"):
+            assert m.student_nb(dist, lang).read_bytes() == published[m.key, lang], (m.key, lang)
         ids = [c.get("id") for c in nbformat.read(str(m.student_nb(dist)), as_version=4).cells]
         assert len(ids) == len(set(ids)), m.key
 
@@ -117,7 +121,14 @@ def test_prove_detects_broken_sets(tmp_path, capsys):
               "      def padding_mask(lengths, max_len=None):\n          return None\n")
     wrong = others + broken + "\nstub:\n" + stub
     (root / "04_stubs" / "sdpa_padding.wrong.yaml").write_text(wrong)
-    rc = E.prove(tmp_path / "dist", timeout=30, jobs=2, root=root)
+    # a Korean student notebook whose code is not the English one's (it would not grade the same)
+    E.build(tmp_path / "dist", root=root)
+    korean = next(m for m in E.discover(root) if m.key == SET).student_nb(tmp_path / "dist", "ko")
+
+    def comment_in_korean(nb):
+        nb.cells[_cell_index(nb, "def attention")].source += "\n# 답"
+    _variant(korean, korean, comment_in_korean)
+    rc = E.prove(tmp_path / "dist", timeout=30, jobs=2, root=root, do_build=False)
     out = capsys.readouterr().out
     print(out)
     assert rc == 1
@@ -132,6 +143,36 @@ def test_prove_detects_broken_sets(tmp_path, capsys):
     stubs = out.split("04_stubs/sdpa_padding")[1]
     assert "stub[0]=0% stub[1]=" in stubs and "stub[1]=0%" not in stubs and "stub[0.5]=0% stub[-1]=0%" in stubs
     assert "- stub[1]: a stub must score 0" in stubs and "- stub[0]:" not in stubs
+    ours = out.split("04_stubs/sdpa_padding")[0]
+    assert "- the ko student notebook: cell" in ours and "(code) differs from the English notebook's" in ours
+    assert "student[ko]" not in stubs   # no catalog for this set: no Korean notebook
+
+
+def test_markdown_cells_are_cut_into_paragraphs_and_translated_in_place(tmp_path):
+    """The message unit of the student notebooks' translations: a paragraph of a Markdown cell; a fenced
+    code block or a display formula is none; a translated notebook is the English one but for them."""
+    cell = "# Title\n\nOne paragraph\non two lines.\n\n```\nx = 1\n\ny = 2\n```\n\n$$a = b$$\n\n* (a) one\n* (b) two"
+    pieces = E.segments(cell)
+    assert "".join(text for text, _ in pieces) == cell
+    assert [text for text, is_message in pieces if is_message] == [
+        "# Title", "One paragraph\non two lines.", "* (a) one\n* (b) two"]
+    for m in E.discover():
+        for c in nbformat.read(str(m.path), as_version=4).cells:
+            if c.cell_type == "markdown":
+                assert "".join(text for text, _ in E.segments(c.source)) == c.source, m.key
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(cell), nbformat.v4.new_code_cell("x = 1")])
+    english, korean = tmp_path / "en.ipynb", tmp_path / "ko.ipynb"
+    nbformat.write(nb, str(english))
+    assert E.translate(english, korean, {"# Title": "# 제목", "* (a) one\n* (b) two": "* (a) 하나\n* (b) 둘"}) == 1
+    translated = nbformat.read(str(korean), as_version=4).cells
+    assert translated[0].source == cell.replace("# Title", "# 제목").replace("* (a) one\n* (b) two", "* (a) 하나\n* (b) 둘")
+    assert E.differences(english, korean) == []
+
+    def change_the_code(nb):
+        nb.cells[1].source = "x = 2"
+    _variant(korean, korean, change_the_code)
+    assert E.differences(english, korean) == ["cell 2 (code) differs from the English notebook's "
+                                              "(only the text of Markdown cells may)"]
 
 
 def test_a_wrong_answer_whose_own_code_fails_proves_nothing():
@@ -410,6 +451,36 @@ def _scores(row):
 
 
 FULL = {"q1": 4.0, "q2": 2.0, "q3": 1.0}
+
+
+def test_a_korean_notebook_grades_exactly_as_the_english_one(dist, tmp_path):
+    """The Korean student notebook filled with the solution (and left blank) gets the English one's grade."""
+    m = next(m for m in E.discover() if m.key == SET)
+    solution = {c.get("id"): c.source for c in nbformat.read(str(m.solution_nb(dist)), as_version=4).cells
+                if c.cell_type == "code"}
+
+    def fill(nb):
+        for c in nb.cells:
+            if c.cell_type == "code" and c.get("id") in solution:
+                c.source = solution[c.get("id")]
+
+    sub = tmp_path / "submissions"
+    sub.mkdir()
+    for lang, name in ((None, "en"), ("ko", "ko")):
+        student = m.student_nb(dist, lang)
+        shutil.copy(student, sub / f"{name}_blank.ipynb")
+        _variant(student, sub / f"{name}_solution.ipynb", fill)
+    assert "트랜스포머" in (sub / "ko_solution.ipynb").read_text(encoding="utf-8")
+    csv_path = tmp_path / "grades.csv"
+    assert E.main(["grade", str(sub), "--autograder", str(m.zip_path(dist)), "--timeout", str(TIMEOUT),
+                   "--out", str(csv_path), "--jobs", "2"]) == 0
+    with open(csv_path, newline="") as f:
+        rows = {r["file"]: r for r in csv.DictReader(f)}
+    assert _scores(rows["en_solution.ipynb"]) == FULL
+    assert _scores(rows["en_blank.ipynb"]) == dict.fromkeys(FULL, 0.0)
+    for kind in ("solution", "blank"):
+        en, ko = rows[f"en_{kind}.ipynb"], rows[f"ko_{kind}.ipynb"]
+        assert {k: v for k, v in ko.items() if k != "file"} == {k: v for k, v in en.items() if k != "file"}, kind
 
 
 def test_grader_csv_has_one_row_per_submission(graded):

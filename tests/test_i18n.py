@@ -180,3 +180,66 @@ def test_the_language_switch_links_the_same_page_relatively(page):
     korean = (site / page).parent / there
     assert korean.resolve() == (site / "ko" / f"{page}.html").resolve()
     assert ((site / "ko" / page).parent / back).resolve() == (site / f"{page}.html").resolve()
+
+
+# ----------------------------------------------------------------------------- the exercise sets' catalogs
+
+SET = "exercises/03_transformer/sdpa_padding"
+
+
+def _exercise_catalog(scratch: Path) -> Path:
+    return scratch / "ko" / f"{SET}.po"
+
+
+def test_every_exercise_set_has_a_catalog_beside_the_pages_catalogs():
+    exercises = i18n.exercise_templates()
+    masters = {f"exercises/{p.parent.name}/{p.stem}" for p in (ROOT / "exercises").glob("*/*.ipynb")}
+    assert set(exercises) == masters
+    for key, template in exercises.items():
+        assert i18n.exercise_catalog(key).relative_to(i18n.LOCALES).as_posix() == f"ko/{key}.po"
+        ids = [m.id for m in i18n.messages(template)]
+        assert ids[0].startswith("# Exercise"), key
+        assert not any(m.startswith(("```", "$$")) for m in ids), f"{key}: code or display math is a message"
+
+
+def test_the_check_fails_when_an_exercise_master_changed_and_update_keeps_a_fuzzy_guess(templates, scratch, tmp_path):
+    import nbformat
+
+    exercises = i18n.exercise_templates()
+    assert not i18n.check(templates, exercises)
+    (tmp_path / "03_transformer").mkdir()
+    nb = nbformat.read(str(ROOT / "exercises" / "03_transformer" / "sdpa_padding.ipynb"), as_version=4)
+    cell = next(c for c in nb.cells if c.cell_type == "markdown" and "Compare your `attention`" in c.source)
+    cell.source = cell.source.replace("Compare your `attention`", "Compare your own `attention`")
+    nbformat.write(nb, str(tmp_path / "03_transformer" / "sdpa_padding.ipynb"))
+    changed = {**exercises, **i18n.exercise_templates(tmp_path)}
+    problems = i18n.check(templates, changed)
+    assert any(p.startswith(f"{SET}: out of date, the page has a message the catalog lacks: 'Compare your own")
+               for p in problems), problems
+    assert any(f"{SET}: out of date, the catalog has a message the page no longer has: 'Compare your `attention`" in p
+               for p in problems), problems
+    i18n.update(templates, changed)
+    assert [p for p in i18n.check(templates, changed)] == \
+        [f"{SET}: fuzzy (a guess to confirm): " + i18n._short(next(m.id for m in i18n.messages(changed[SET])
+                                                                   if m.id.startswith("Compare your own")))]
+
+
+def test_the_check_fails_on_a_missing_fuzzy_or_stray_exercise_catalog_and_on_a_glossary_miss(templates, scratch):
+    exercises = i18n.exercise_templates()
+
+    def drop_term(catalog):
+        message = next(m for m in i18n.messages(catalog) if "padding mask" in m.id and "패딩 마스크" in m.string)
+        message.string = message.string.replace("패딩 마스크", "채움 가리개")
+
+    _edit(_exercise_catalog(scratch), drop_term)
+    other = scratch / "ko" / "exercises" / "03_transformer" / "transformer_parts.po"
+    _edit(other, lambda c: i18n.messages(c)[-1].flags.add("fuzzy"))
+    stray = scratch / "ko" / "exercises" / "99_gone" / "old.po"
+    stray.parent.mkdir()
+    shutil.copy(other, stray)
+    (scratch / "ko" / "exercises" / "01_seq2seq_attention" / "luong_step.po").unlink()
+    problems = i18n.check(templates, exercises)
+    assert any(p.startswith(f"{SET}: 'padding mask' is in the English") for p in problems), problems
+    assert any(p.startswith("exercises/03_transformer/transformer_parts: fuzzy") for p in problems), problems
+    assert any("exercises/99_gone/old.po: no exercise set 'exercises/99_gone/old'" in p for p in problems), problems
+    assert any(p.startswith("exercises/01_seq2seq_attention/luong_step: no Korean catalog") for p in problems), problems

@@ -1071,6 +1071,22 @@ def test_a_pending_korean_page_says_it_is_shown_in_english():
     assert "course-translation-pending" not in translated
 
 
+def test_each_site_offers_the_student_notebooks_in_its_language():
+    # the exercise sets page and a chapter: the English site's downloads are the English student notebooks,
+    # the Korean site's the Korean ones (tools/exercises.py build writes them from locales/ko/exercises/)
+    _korean_site()
+    for site, korean in ((HTML, False), (KO, True)):
+        for page in ("exercise_sets.html", "chapters/03_transformer.html"):
+            article = _article((site / page).read_text(encoding="utf-8"))
+            links = re.findall(r'href="([^"]*_downloads/[^"]+\.ipynb)"', article)
+            notebooks = [link for link in links if "03_transformer" not in link]   # not the chapter's own
+            assert notebooks, f"{site / page} links no student notebook"
+            for link in notebooks:
+                text = ((site / page).parent / link).resolve().read_text(encoding="utf-8")
+                assert ("연습 문제" in text) is korean, \
+                    f"{site / page} links {link}, {'an English' if korean else 'a Korean'} student notebook"
+
+
 @pytest.mark.parametrize("word", ["어텐션", "트랜스포머"])
 def test_korean_search_finds_a_korean_word(browser, server, word):
     # The Korean site's own search page and index: a word the pages write with particles (어텐션은,

@@ -13,11 +13,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # the checkout: tools.grader
 
-from tools.grader import build, cli, grade, kernel, masters, prove, remote, sandbox, wire  # noqa: E402
+from tools.grader import build, cli, grade, kernel, masters, prove, remote, sandbox, translate, wire  # noqa: E402
 
 # the grader's names, for the tests and the book's extension that load this file
 # (``E.parse_master``, ``E.Kernel``, ...); the code lives in tools/grader/
-for _module in (masters, build, sandbox, wire, kernel, remote, grade, prove, cli):
+for _module in (masters, translate, build, sandbox, wire, kernel, remote, grade, prove, cli):
     globals().update({k: v for k, v in vars(_module).items() if not k.startswith("__")})
 
 if __name__ == "__main__":

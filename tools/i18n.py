@@ -5,7 +5,10 @@ page's messages (paragraphs, headings, list items, table cells, the Markdown cel
 notebooks) are extracted, translated in one catalog per page under ``locales/ko/LC_MESSAGES/``
 (``intro.po``, ``chapters/03_transformer.po``, ...), and the Korean site is built from the same
 sources and the same executed notebooks (the jupyter-cache), with the catalogs applied. Code,
-math and outputs are never messages. ``locales/README.md`` explains the workflow.
+math and outputs are never messages. Each graded exercise set's student notebook has a catalog too,
+``locales/ko/exercises/<chapter>/<name>.po`` (its messages: the paragraphs of the master's Markdown
+cells; tools/exercises.py build writes the Korean notebook from it), checked by the same rules.
+``locales/README.md`` explains the workflow.
 
     python tools/i18n.py update          # re-extract and merge into the catalogs (new pages get one)
     python tools/i18n.py check           # what the test pass checks (tests/test_i18n.py), as a report
@@ -38,6 +41,12 @@ LOCALES = ROOT / "locales"
 
 def catalogs_dir(lang: str = LANG) -> Path:
     return LOCALES / lang / "LC_MESSAGES"
+
+
+def exercise_catalog(key: str, lang: str = LANG) -> Path:
+    """The catalog of an exercise set's student notebook, ``key`` = ``exercises/<chapter>/<name>``:
+    ``locales/<lang>/exercises/<chapter>/<name>.po`` (beside LC_MESSAGES, which holds the pages')."""
+    return LOCALES / lang / f"{key}.po"
 
 
 def html_dir(lang: str) -> Path:
@@ -110,6 +119,23 @@ def extract(dest: Path | None = None, quiet: bool = True) -> dict[str, object]:
     return templates
 
 
+def exercise_templates(root: Path | None = None) -> dict[str, object]:
+    """Every exercise master's messages (the paragraphs of its Markdown cells, as its student notebook
+    shows them; tools/grader/translate.py): {"exercises/<chapter>/<name>": babel Catalog}."""
+    from babel.messages.catalog import Catalog
+
+    from tools.grader.masters import EXERCISES, discover
+    from tools.grader.translate import messages as notebook_messages
+
+    templates = {}
+    for master in discover(root or EXERCISES):
+        template = Catalog(fuzzy=False)
+        for text, cell in notebook_messages(master.path):
+            template.add(text, locations=[(master.path.name, cell)])
+        templates[f"exercises/{master.key}"] = template
+    return templates
+
+
 # ----------------------------------------------------------------------------- catalogs
 
 FIXED_DATE = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)   # no churn from dates
@@ -122,14 +148,14 @@ def read_catalog(path: Path):
         return read_po(f, locale=LANG)
 
 
-def write_catalog(path: Path, catalog) -> None:
+def write_catalog(path: Path, catalog, what: str = "one page") -> None:
     """Written to a temporary file beside it and renamed: never half a catalog."""
     from babel.messages.pofile import write_po
 
     catalog.creation_date = catalog.revision_date = FIXED_DATE
     catalog.project, catalog.version = "Attention and Transformers, executed", ""
     catalog.language_team = catalog.last_translator = "the course's translators"
-    catalog.header_comment = (f"# {catalog.locale_identifier or LANG} messages of one page of the course "
+    catalog.header_comment = (f"# {catalog.locale_identifier or LANG} messages of {what} of the course "
                               "(tools/i18n.py; locales/README.md).\n#")
     from lib.io import atomic_write
 
@@ -137,32 +163,60 @@ def write_catalog(path: Path, catalog) -> None:
         write_po(f, catalog, width=0, no_location=True, ignore_obsolete=True, include_previous=False)
 
 
-def update(templates: dict) -> list[str]:
-    """Merge fresh templates into the catalogs: new messages added untranslated, changed ones kept
-    as fuzzy guesses for the translator to confirm, vanished ones dropped; a new page gets a catalog,
-    a vanished page's catalog goes. Returns what changed."""
+def translations(key: str, lang: str = LANG) -> dict[str, str] | None:
+    """An exercise set's translated messages, English -> ``lang`` (none untranslated or fuzzy: those
+    stay English); None when the set has no catalog. tools/grader/build.py writes the student
+    notebook in ``lang`` from them."""
+    path = exercise_catalog(key, lang)
+    if not path.exists():
+        return None
+    return {m.id: m.string for m in messages(read_catalog(path)) if m.string and not m.fuzzy}
+
+
+def _merge(path: Path, template, what: str) -> bool:
+    """Merge a fresh template into the catalog at ``path`` (a new catalog if there is none): new
+    messages untranslated, changed ones fuzzy guesses, vanished ones dropped. -> whether it changed."""
     from babel.messages.catalog import Catalog
 
+    if path.exists():
+        catalog = read_catalog(path)
+        before = path.read_bytes()
+        catalog.update(template, update_header_comment=False)
+    else:
+        catalog, before = Catalog(locale=LANG, fuzzy=False), None
+        catalog.update(template)
+    catalog.fuzzy = False
+    write_catalog(path, catalog, what)
+    return path.read_bytes() != before
+
+
+def update(templates: dict, exercises: dict | None = None) -> list[str]:
+    """Merge fresh templates into the catalogs: new messages added untranslated, changed ones kept
+    as fuzzy guesses for the translator to confirm, vanished ones dropped; a new page or exercise set
+    gets a catalog, a vanished one's catalog goes. Returns what changed."""
+    exercises = exercise_templates() if exercises is None else exercises
     changed = []
     for docname, template in templates.items():
-        path = catalogs_dir() / f"{docname}.po"
-        if path.exists():
-            catalog = read_catalog(path)
-            before = path.read_bytes()
-            catalog.update(template, update_header_comment=False)
-        else:
-            catalog, before = Catalog(locale=LANG, fuzzy=False), None
-            catalog.update(template)
-        catalog.fuzzy = False
-        write_catalog(path, catalog)
-        if path.read_bytes() != before:
+        if _merge(catalogs_dir() / f"{docname}.po", template, "one page"):
             changed.append(f"{docname}.po")
+    for key, template in exercises.items():
+        if _merge(exercise_catalog(key), template, "one exercise set's student notebook"):
+            changed.append(f"{key}.po")
     for path in sorted(catalogs_dir().rglob("*.po")):
         docname = path.relative_to(catalogs_dir()).with_suffix("").as_posix()
         if docname not in templates and docname != "sphinx":
             path.unlink()
             changed.append(f"{docname}.po (removed: no such page)")
+    for path in _exercise_catalogs():
+        key = path.relative_to(LOCALES / LANG).with_suffix("").as_posix()
+        if key not in exercises:
+            path.unlink()
+            changed.append(f"{key}.po (removed: no such exercise set)")
     return changed
+
+
+def _exercise_catalogs() -> list[Path]:
+    return sorted((LOCALES / LANG / "exercises").rglob("*.po"))
 
 
 def _short(text: str) -> str:
@@ -300,25 +354,34 @@ def glossary_exceptions(lang: str = LANG) -> list[tuple[str, str]]:
 
 # ----------------------------------------------------------------------------- the check
 
-def check(templates: dict) -> list[str]:
-    """Everything wrong with the Korean catalogs, one line each (empty: all is well)."""
+def check(templates: dict, exercises: dict | None = None) -> list[str]:
+    """Everything wrong with the Korean catalogs, one line each (empty: all is well). ``exercises``:
+    the exercise sets' templates (by default extracted now from the masters, which takes no build);
+    their catalogs follow the pages' rules."""
+    exercises = exercise_templates() if exercises is None else exercises
     problems = []
     todo = pending()
     for name in todo:
-        if name not in templates:
-            problems.append(f"locales/{LANG}/PENDING names {name!r}, which is not a page of the book")
+        if name not in templates and name not in exercises:
+            problems.append(f"locales/{LANG}/PENDING names {name!r}, which is not a page of the book or an exercise set")
     for path in sorted(catalogs_dir().rglob("*.po")):
         docname = path.relative_to(catalogs_dir()).with_suffix("").as_posix()
         if docname not in templates and docname != "sphinx":
             problems.append(f"{path.relative_to(LOCALES.parent)}: no page {docname!r} (run python tools/i18n.py update)")
+    for path in _exercise_catalogs():
+        key = path.relative_to(LOCALES / LANG).with_suffix("").as_posix()
+        if key not in exercises:
+            problems.append(f"{path.relative_to(LOCALES.parent)}: no exercise set {key!r} "
+                            "(run python tools/i18n.py update)")
     terms = glossary_terms((ROOT / "glossary.md").read_text(encoding="utf-8"))
     if len(terms) < 50:
         problems.append(f"glossary.md: only {len(terms)} terms were read from its tables")
     exceptions = glossary_exceptions()
-    for docname, template in templates.items():
+    catalogs = [(d, t, catalogs_dir() / f"{d}.po") for d, t in templates.items()]
+    catalogs += [(k, t, exercise_catalog(k)) for k, t in exercises.items()]
+    for docname, template, path in catalogs:
         if docname in todo:
             continue
-        path = catalogs_dir() / f"{docname}.po"
         if not path.exists():
             problems.append(f"{docname}: no Korean catalog {path.relative_to(LOCALES.parent)} and not in locales/{LANG}/PENDING")
             continue
@@ -361,17 +424,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "build":
         return build(args.lang, execute=not args.no_execute)
-    templates = extract()
+    templates, exercises = extract(), exercise_templates()
     if args.command == "count":
-        for docname, template in templates.items():
+        for docname, template in {**templates, **exercises}.items():
             print(f"{len(messages(template)):5d}  {docname}{'  (pending)' if docname in pending() else ''}")
-        print(f"{sum(len(messages(t)) for t in templates.values()):5d}  in all")
+        print(f"{sum(len(messages(t)) for t in [*templates.values(), *exercises.values()]):5d}  in all")
         return 0
     if args.command == "update":
-        changed = update(templates)
+        changed = update(templates, exercises)
         print("i18n: " + ("updated " + ", ".join(changed) if changed else "every catalog was up to date"))
         return 0
-    problems = check(templates)
+    problems = check(templates, exercises)
     for p in problems:
         print(p)
     print(f"i18n: {len(problems)} problems" if problems else "i18n: every translated page is complete and current")

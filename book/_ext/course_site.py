@@ -48,6 +48,12 @@
 * ``{exercise-sets}``: the list of every graded exercise set, discovered from the master
   notebooks in exercises/ (the same discovery as tools/exercises.py), with what each
   covers, its chapter and the student notebook to download.
+* The student notebooks in the site's language: on a site built with another ``language`` than
+  English, every download link to an English student notebook (the ``{exercise-sets}`` list, the
+  run box, a chapter's own links) is pointed at the same set's student notebook in that language
+  (``student/ko/<name>.ipynb``, built by tools/exercises.py from the set's catalog) where it was
+  built. This is done after Sphinx translated the page, so the messages (which name the English
+  notebook) are the same for both sites; the English site is left as it is.
 """
 from __future__ import annotations
 
@@ -213,6 +219,41 @@ def _translate_toctree_captions(app: Sphinx, doctree: nodes.document) -> None:
         translated = catalog.gettext(tree["caption"])
         if translated:
             tree["caption"] = tree["rawcaption"] = translated
+
+
+def site_language(config) -> str:
+    """The language a build writes: Sphinx's ``language`` (``ko``, ``ko_KR``: ``ko``), English by default."""
+    return (config.language or "en").split("_")[0]
+
+
+def student_notebook(target: Path, language: str, dist: Path | None = None) -> Path:
+    """The student notebook a ``language`` site links where the English one links ``target``: an
+    exercise set's English student notebook -> its notebook in ``language`` if that was built (else the
+    English one); any other file -> itself."""
+    if language == "en":
+        return target
+    tool = _exercises_tool()
+    dist = dist or tool.DIST
+    for master in tool.discover():
+        if target == master.student_nb(dist):
+            translated = master.student_nb(dist, language)
+            return translated if translated.is_file() else target
+    return target
+
+
+def _student_notebooks_in_the_site_language(app: Sphinx, doctree: nodes.document) -> None:
+    """Download links to an English student notebook lead to the site language's one (after the page
+    was translated, before Sphinx's download collector reads the links)."""
+    from sphinx import addnodes
+
+    language = site_language(app.config)
+    if language == "en":
+        return
+    for ref in doctree.findall(addnodes.download_reference):
+        english = Path(app.env.relfn2path(ref["reftarget"], app.env.docname)[1]).resolve()
+        target = student_notebook(english, language)
+        if target != english:
+            ref["reftarget"] = "/" + target.relative_to(Path(app.srcdir).resolve()).as_posix()
 
 
 def _pending_note(app: Sphinx, doctree: nodes.document) -> None:
@@ -714,4 +755,6 @@ def setup(app: Sphinx) -> dict:
     app.connect("doctree-read", _translate_toctree_captions)
     # before Sphinx's download collector (priority 500) reads the box's download links
     app.connect("doctree-read", _add_run_box, priority=100)
+    # after the run box, before the download collector
+    app.connect("doctree-read", _student_notebooks_in_the_site_language, priority=200)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}

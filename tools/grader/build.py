@@ -10,6 +10,7 @@ from pathlib import Path
 import nbformat
 
 from .masters import DIST, EXERCISES, Master, ROOT, discover
+from .translate import LANGUAGES, translate
 
 
 def build(dist: Path = DIST, only: list[str] | None = None, quiet: bool = True,
@@ -42,6 +43,11 @@ def build(dist: Path = DIST, only: list[str] | None = None, quiet: bool = True,
         zips[0].rename(tmp / "autograder" / f"{m.name}-autograder.zip")
         for nb_file in (tmp / "student" / f"{m.name}.ipynb", tmp / "autograder" / f"{m.name}.ipynb"):
             stable_cell_ids(nb_file, m.path, m.key)
+        student = tmp / "student" / f"{m.name}.ipynb"
+        for lang in LANGUAGES:   # the English student notebook with its Markdown translated
+            found = translations(m, lang)
+            if found is not None:
+                translate(student, student.parent / lang / student.name, found)
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)
         if not quiet:
@@ -57,6 +63,13 @@ def build(dist: Path = DIST, only: list[str] | None = None, quiet: bool = True,
             if not any(chapter.iterdir()):
                 chapter.rmdir()
     return masters
+
+
+def translations(m: Master, lang: str) -> dict[str, str] | None:
+    """The set's messages translated into ``lang`` (tools/i18n.py reads its catalog); None: no catalog."""
+    from tools import i18n
+
+    return i18n.translations(f"exercises/{m.key}", lang)
 
 
 def stable_cell_ids(nb_file: Path, master: Path, salt: str) -> None:

@@ -39,8 +39,11 @@ class Master:
     def out_dir(self, dist: Path) -> Path:
         return dist / self.chapter / self.name
 
-    def student_nb(self, dist: Path) -> Path:
-        return self.out_dir(dist) / "student" / f"{self.name}.ipynb"
+    def student_nb(self, dist: Path, lang: str | None = None) -> Path:
+        """The student notebook: otter's (English), or its translation into ``lang`` (same name, in
+        a folder named after the language)."""
+        student = self.out_dir(dist) / "student"
+        return (student / lang if lang else student) / f"{self.name}.ipynb"
 
     def solution_nb(self, dist: Path) -> Path:
         return self.out_dir(dist) / "autograder" / f"{self.name}.ipynb"

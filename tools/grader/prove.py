@@ -16,6 +16,7 @@ from .masters import (
 )
 from .build import build
 from .grade import Grade, grade_notebook, points_list
+from .translate import LANGUAGES, differences
 
 
 def wrong_answers(m: Master) -> dict[str, dict]:
@@ -183,6 +184,7 @@ def prove(dist: Path = DIST, only: list[str] | None = None, timeout: float = 60.
     tmp = Path(tempfile.mkdtemp(prefix="prove-"))
     tests_by = {}
     infos: dict[str, MasterInfo] = {}
+    shipped: dict[str, list[str]] = {m.key: [] for m in masters}   # its sound translated student notebooks
     for m in masters:
         fail = failures[m.key].append
         try:
@@ -207,6 +209,14 @@ def prove(dist: Path = DIST, only: list[str] | None = None, timeout: float = 60.
             continue
         for leak in find_leaks(m.student_nb(dist), info):
             fail(leak)
+        for lang in LANGUAGES:   # a translated student notebook: the English one, Markdown text aside
+            translated = m.student_nb(dist, lang)
+            if translated.exists():
+                problems = differences(m.student_nb(dist), translated) + find_leaks(translated, info)
+                for problem in problems:
+                    fail(f"the {lang} student notebook: {problem}")
+                if not problems:
+                    shipped[m.key].append(lang)
         try:
             tests = load_tests(m.zip_path(dist))
         except SystemExit as e:
@@ -308,6 +318,7 @@ def prove(dist: Path = DIST, only: list[str] | None = None, timeout: float = 60.
     print(f"\n{'exercise':40s} {'result':6s} details")
     for m in masters:
         parts = [f"{label}={g.percent:.0f}%" for label, g in results[m.key]]
+        parts += [f"student[{lang}]=markdown-only" for lang in shipped[m.key]]
         status = "FAIL" if failures[m.key] else "ok"
         print(f"{m.key:40s} {status:6s} {' '.join(parts)}")
         for f in failures[m.key]:

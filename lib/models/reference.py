@@ -29,7 +29,7 @@ its tied and ignored keys, ``load_hf_<model>(ours, theirs)``: ``lib.models.gpt.l
 ``switch.load_hf_switch``; ``lib.models.transformer`` has the ``torch.nn`` copies of chapter 3
 (``copy_from_torch_mha``, ``copy_from_torch_transformer``).
 
-Explained in chapters/07_gpt.ipynb.
+Explained in chapters/08_bert.ipynb.
 """
 from __future__ import annotations
 

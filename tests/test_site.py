@@ -1008,6 +1008,21 @@ def test_korean_pages_opened_from_disk_draw_every_hangul_with_the_web_font(brows
     assert not wrong, f"{path} over file://: {len(wrong)} elements draw Hangul as boxes, e.g.\n  " + "\n  ".join(wrong[:6])
 
 
+def test_the_korean_navigation_has_no_english_titles():
+    # Every entry and part caption of the Korean site's navigation is in Korean (a title _toc.yml
+    # gives an entry, such as "Overview" for Part III's page, included); model names may stay Latin.
+    _korean_site()
+    page = (KO / "intro.html").read_text(encoding="utf-8")
+    nav = re.search(r'<nav class="[^"]*\bbd-docs-nav\b.*?</nav>', page, re.S)
+    assert nav, "no navigation on the Korean index"
+    entries = [re.sub(r"<[^>]+>", "", e).strip()
+               for e in re.findall(r'<a class="reference internal"[^>]*>(.*?)</a>|<span class="caption-text">(.*?)</span>',
+                                   nav.group(0), re.S) for e in e if e]
+    english = [e for e in entries if not re.search(HANGUL, e) and not re.search(r"Transformer|XLNet", e)]
+    assert len(entries) > 15, entries
+    assert not english, f"the Korean navigation shows English titles: {english}"
+
+
 def test_the_korean_font_covers_every_hangul_of_the_korean_pages():
     # The subset is cut from the Korean site's own pages: every syllable they show is in it.
     _korean_site()

@@ -200,25 +200,35 @@ def _untranslated_math(app: Sphinx, doctree: nodes.document) -> None:
 
 
 def _translate_toctree_captions(app: Sphinx, doctree: nodes.document) -> None:
-    """The captions of the parts in the navigation (_toc.yml), from the root page's catalog: the external
-    table of contents inserts its toctrees after Sphinx translated the page, so Sphinx leaves them as written."""
+    """The captions of the parts in the navigation (_toc.yml) and the titles _toc.yml gives entries, from
+    the root page's catalog: the external table of contents inserts its toctrees after Sphinx translated
+    the page, so Sphinx leaves them as written."""
     if not app.config.language or app.config.language == "en":
         return
     from sphinx import addnodes
+    from sphinx.locale import get_translation
     from sphinx.locale import init as init_locale
     from sphinx.util.i18n import docname_to_domain
 
-    trees = [t for t in doctree.findall(addnodes.toctree) if t.get("caption")]
+    trees = list(doctree.findall(addnodes.toctree))
     if not trees:
         return
     dirs = [str(Path(app.srcdir) / d) for d in app.config.locale_dirs]
     catalog, found = init_locale(dirs, app.config.language, docname_to_domain(app.env.docname, app.config.gettext_compact))
     if not found:
         return
+    sphinx_words = get_translation("sphinx")
+
+    def translated(text: str) -> str:
+        """From the page's catalog, else Sphinx's own (a title such as "Overview" that no page writes)."""
+        ours = catalog.gettext(text)
+        return ours if ours and ours != text else str(sphinx_words(text))
+
     for tree in trees:
-        translated = catalog.gettext(tree["caption"])
-        if translated:
-            tree["caption"] = tree["rawcaption"] = translated
+        if tree.get("caption"):
+            tree["caption"] = tree["rawcaption"] = translated(tree["caption"])
+        # an entry's own title in _toc.yml (``title: Overview``)
+        tree["entries"] = [(translated(title) if title else title, ref) for title, ref in tree["entries"]]
 
 
 def site_language(config) -> str:

@@ -271,24 +271,36 @@ def _forms(item: str, english: bool) -> list[str]:
     return forms
 
 
-def glossary_terms(text: str) -> list[Term]:
-    """The terms of glossary.md's tables (English | Korean | Defined in). A row that lists several
-    terms (``encoder, decoder`` | ``인코더, 디코더``) gives one term each when both sides list as many."""
-    terms = []
+def glossary_rows(text: str) -> list[list[str]]:
+    """The cells of every term row of glossary.md's tables (English | Korean | Defined in), in order."""
+    rows = []
     for line in text.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) < 2 or not line.lstrip().startswith("|") or set(cells[0]) <= set("-: ") \
                 or cells[0] == "English":
             continue
-        en, ko = _split_top(cells[0]), _split_top(cells[1])
-        pairs = list(zip(en, ko)) if len(en) == len(ko) else [(cells[0], cells[1])]
-        for e, k in pairs:
-            eng = tuple(dict.fromkeys(_forms(e, True)))
-            kor = [f for f in _forms(k, False)]
-            # a Latin name the Korean writes as such (LSTM, BPE, MoE, RMSNorm) also counts
-            kor += [w for w in re.findall(r"[A-Za-z][A-Za-z0-9-]*", k)]
-            terms.append(Term(eng, tuple(dict.fromkeys(kor))))
+        rows.append(cells)
+    return rows
+
+
+def row_terms(cells: list[str]) -> list[Term]:
+    """The terms of one glossary row: one term each when both sides list as many
+    (``encoder, decoder`` | ``인코더, 디코더``), else the row as one term."""
+    en, ko = _split_top(cells[0]), _split_top(cells[1])
+    pairs = list(zip(en, ko)) if len(en) == len(ko) else [(cells[0], cells[1])]
+    terms = []
+    for e, k in pairs:
+        eng = tuple(dict.fromkeys(_forms(e, True)))
+        kor = [f for f in _forms(k, False)]
+        # a Latin name the Korean writes as such (LSTM, BPE, MoE, RMSNorm) also counts
+        kor += [w for w in re.findall(r"[A-Za-z][A-Za-z0-9-]*", k)]
+        terms.append(Term(eng, tuple(dict.fromkeys(kor))))
     return terms
+
+
+def glossary_terms(text: str) -> list[Term]:
+    """The terms of glossary.md's tables, row after row (:func:`glossary_rows`, :func:`row_terms`)."""
+    return [term for cells in glossary_rows(text) for term in row_terms(cells)]
 
 
 # inline code, math, link targets, roles' targets, URLs: never words of the prose

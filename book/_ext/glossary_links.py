@@ -14,6 +14,7 @@ outputs of code cells, existing links, or the run box. A term inside a longer te
 """
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,24 +55,16 @@ def _i18n():
     return _tool("i18n")
 
 
-def _rows(text: str) -> list[str]:
-    """The term rows of glossary.md's tables, in order."""
-    rows = []
-    for line in text.splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if line.lstrip().startswith("|") and len(cells) >= 2 and not set(cells[0]) <= set("-: ") \
-                and cells[0] != "English":
-            rows.append(line)
-    return rows
-
-
-def entries(text: str) -> list[list[Entry]]:
-    """Per table row, its terms (``encoder, decoder`` is one row, two terms, one anchor)."""
+@functools.lru_cache(maxsize=4)
+def entries(text: str) -> tuple[tuple[str, tuple[Entry, ...]], ...]:
+    """Per table row of glossary.md (``text``), its anchor and its terms (``encoder, decoder`` is one
+    row, two terms, one anchor); a row of everyday words has an anchor and no term to link. Read once
+    per build, not once per page."""
     i18n = _i18n()
     out = []
-    for line in _rows(text):
-        english_cell, korean_cell = [c.strip() for c in line.strip().strip("|").split("|")][:2]
-        terms = i18n.glossary_terms(line)
+    for cells in i18n.glossary_rows(text):
+        english_cell, korean_cell = cells[:2]
+        terms = i18n.row_terms(cells)
         anchor = "term-" + nodes.make_id(terms[0].english[0] if terms and terms[0].english else english_cell)
         row = []
         for term in terms:
@@ -82,8 +75,8 @@ def entries(text: str) -> list[list[Entry]]:
             korean = tuple(f for f in term.korean if _HANGUL.search(f) or f in term.english)
             row.append(Entry(anchor, english, korean, {"en": f"{english_cell} · {korean_cell}",
                                                        "ko": f"{korean_cell} · {english_cell}"}))
-        out.append(row)
-    return out
+        out.append((anchor, tuple(row)))
+    return tuple(out)
 
 
 def _pattern(form: str, lang: str) -> re.Pattern:
@@ -124,10 +117,10 @@ def _is_prose(node: nodes.Node) -> bool:
     return in_block
 
 
-def link_terms(doctree: nodes.document, rows: list[list[Entry]], lang: str, href: str) -> list[str]:
+def link_terms(doctree: nodes.document, rows, lang: str, href: str) -> list[str]:
     """Link the first use of every term on the page; returns the anchors linked, in page order."""
     forms = "korean" if lang == "ko" else "english"
-    patterns = [(e, _pattern(f, lang)) for row in rows for e in row for f in getattr(e, forms)]
+    patterns = [(e, _pattern(f, lang)) for _, row in rows for e in row for f in getattr(e, forms)]
     done: set[str] = set()
     linked = []
     for text in [t for t in doctree.findall(nodes.Text) if _is_prose(t)]:
@@ -152,27 +145,26 @@ def link_terms(doctree: nodes.document, rows: list[list[Entry]], lang: str, href
     return linked
 
 
-def _anchor_rows(doctree: nodes.document, rows: list[list[Entry]], text: str) -> None:
+def _anchor_rows(doctree: nodes.document, rows) -> None:
     """Give each row of the glossary's tables its anchor (the rows in source order)."""
-    anchors = ["term-" + nodes.make_id(_i18n().glossary_terms(line)[0].english[0]) for line in _rows(text)]
     body_rows = [r for tbody in doctree.findall(nodes.tbody) for r in tbody.children if isinstance(r, nodes.row)]
-    if len(body_rows) != len(anchors):
-        raise RuntimeError(f"glossary_links: glossary.md has {len(anchors)} term rows but its page "
+    if len(body_rows) != len(rows):
+        raise RuntimeError(f"glossary_links: glossary.md has {len(rows)} term rows but its page "
                            f"{len(body_rows)}: is every table of it English | Korean | Defined in?")
-    for row, anchor in zip(body_rows, anchors):
+    for row, (anchor, _) in zip(body_rows, rows):
         row["ids"].append(anchor)
 
 
 def _on_resolved(app: Sphinx, doctree: nodes.document, docname: str) -> None:
     if app.builder.format != "html":         # the gettext builder extracts messages: leave them be
         return
-    text = (ROOT / f"{GLOSSARY}.md").read_text(encoding="utf-8")
-    rows = entries(text)
+    from course_site import site_language
+
+    rows = entries((ROOT / f"{GLOSSARY}.md").read_text(encoding="utf-8"))
     if docname == GLOSSARY:
-        _anchor_rows(doctree, rows, text)
+        _anchor_rows(doctree, rows)
     elif docname.startswith(PAGES):
-        lang = "ko" if (app.config.language or "en").startswith("ko") else "en"
-        link_terms(doctree, rows, lang, app.builder.get_relative_uri(docname, GLOSSARY))
+        link_terms(doctree, rows, site_language(app.config), app.builder.get_relative_uri(docname, GLOSSARY))
 
 
 def setup(app: Sphinx) -> dict:

@@ -19,15 +19,15 @@ a shared disk), a file missing from the repository is looked for there.
 
 The size budget
 ---------------
-All the registered files together stay under :data:`BUDGET_BYTES` (100 MB). The course's
-models have about 5M parameters: 10 MB each in bfloat16 / float16 (weights only, the tied output
-layer stored once). The budget was set for seven pretrained models and three emergence snapshots
-(about 100 MB): small enough that a clone stays quick and every file is far below GitHub's 50 MB
-warning, large enough for what the chapters load. What is registered now (``total_size``): the
-token- and knowledge-masking twins ``ko-bert`` and ``ernie-ko`` with three snapshots each (chapter
-8's emergence plot and chapter 13's comparison along the runs) and ``gpt-imdb``, about 97 MB. A
-further model needs room: fewer snapshots (``ernie-ko@3M`` sits on the plateau with its twin's),
-or a larger budget with its reason written here.
+All the registered files together stay under :data:`BUDGET_BYTES` (140 MB). The course's
+models have about 5M parameters: 10 to 12 MB each in bfloat16 / float16 (weights only, the tied
+output layer stored once). The budget was first set at 100 MB, for seven pretrained models and
+three emergence snapshots. It was raised to 140 MB once the two emergence series were in
+(``ko-bert`` and ``ernie-ko`` with three snapshots each: chapter 8's emergence plot and chapter 13's
+comparison along the runs, about 64 MB together), so that the remaining models of Part III (BART,
+ELMo, T5) fit beside them: small enough that a clone stays quick and every file is far below
+GitHub's 50 MB warning, large enough for what the chapters load. ``total_size(registry())`` says
+how much is registered now.
 Every rebuild adds its files to the git history, so rebuild rarely. ``register`` refuses an
 entry that would break the budget.
 
@@ -66,7 +66,7 @@ __all__ = ["CheckpointError", "CHECKPOINT_DIR", "MIRROR_ENV", "BUDGET_BYTES", "R
 CHECKPOINT_DIR = Path(__file__).resolve().parent.parent / "checkpoints"
 REGISTRY_FILE = "registry.json"
 MIRROR_ENV = "COURSE_CHECKPOINT_MIRROR"
-BUDGET_BYTES = 100_000_000
+BUDGET_BYTES = 140_000_000
 FORMAT = "lib.checkpoints/1"
 #: configuration fields that are settings of a run, not of the weights: a caller may ask for others
 RUNTIME_FIELDS = frozenset({"dropout", "attention_dropout"})
@@ -122,8 +122,14 @@ def _gpt(config: Mapping[str, Any]) -> nn.Module:
     return GPT(GPTConfig(**config))
 
 
+def _bart(config: Mapping[str, Any]) -> nn.Module:
+    from lib.models.bart import Bart, BartConfig
+    return Bart(BartConfig(**config))
+
+
 #: kind -> a function that builds the (untrained) model from the registered configuration.
-MODEL_KINDS: dict[str, Callable[[Mapping[str, Any]], nn.Module]] = {"bert-mlm": _bert, "gpt-lm": _gpt}
+MODEL_KINDS: dict[str, Callable[[Mapping[str, Any]], nn.Module]] = {"bert-mlm": _bert, "gpt-lm": _gpt,
+                                                                     "bart-denoise": _bart}
 
 
 def build_model(kind: str, config: Mapping[str, Any]) -> nn.Module:

@@ -159,6 +159,33 @@ def test_the_gpt_recipe_trains_and_loads_as_a_gpt(data_mirror, tmp_path):
     assert curve[-1]["heldout_loss"] < curve[0]["heldout_loss"]
 
 
+def test_the_bart_recipe_denoises_the_reviews_of_its_stretch_and_loads_as_a_bart(data_mirror, tmp_path):
+    from lib.models.bart import Bart
+    result = pretrain.main(["bart-ko-tiny", "--out", str(tmp_path / "out"), "--scratch", str(tmp_path / "s")])
+    ckpt = checkpoints.load("bart-ko-tiny", root=tmp_path / "out")
+    assert isinstance(ckpt.model, Bart) and ckpt.model.lm_head.weight is ckpt.model.embed.weight
+    recipe, tok = pretrain.RECIPES["bart-ko-tiny"], ckpt.tokenizer
+    stream = torch.load(tmp_path / "s" / "bart-ko-tiny" / "data" / "streams.pt", weights_only=True)["train"]
+    data = pretrain.PackedDenoising(stream, recipe.seq_len, tok, 0, recipe.mask_prob)
+    for index in range(20):
+        src, tgt_in, tgt_out = data[index]
+        stretch = [t for t in stream[index * recipe.seq_len:(index + 1) * recipe.seq_len].tolist() if t != tok.eos_id]
+        target = tgt_out[tgt_out != -100].tolist()
+        assert target == stretch + [tok.eos_id]                   # the original reviews, separators dropped
+        assert tgt_in[:len(target)].tolist() == [tok.bos_id] + stretch
+        source = [t for t in src.tolist() if t != tok.pad_id]
+        assert source[-1] == tok.eos_id and tok.mask_id in source
+        kept = [t for t in source[:-1] if t != tok.mask_id]
+        assert sorted(kept) != sorted(stretch) and set(kept) <= set(stretch)   # infilling hid some tokens
+        assert len(kept) == pytest.approx(0.7 * len(stretch), abs=1)           # 30 % of them
+    assert torch.equal(data[3][0], data[3][0]) and not torch.equal(data[3][0], data[3 + len(data)][0])  # new each epoch
+    card = result["card"]
+    loss = pretrain.heldout_loss(ckpt.model, result["heldout"], "bart-denoise")
+    assert loss == pytest.approx(card["heldout"]["by_stored_dtype"][card["heldout"]["stored_dtype"]], abs=1e-6)
+    curve = card["heldout"]["curve"]
+    assert curve[-1]["heldout_loss"] < curve[0]["heldout_loss"]
+
+
 def test_a_snapshot_missed_by_an_interruption_is_written_on_resume(data_mirror, tmp_path, monkeypatch):
     def killed(*args):
         raise KeyboardInterrupt

@@ -104,7 +104,7 @@ CORPORA: dict[str, tuple[Callable[[], tuple[list[str], dict]], tuple[tuple[str, 
 class Recipe:
     """Everything a pretraining run depends on (besides the token budget and the snapshots)."""
     name: str
-    kind: str                       # a lib.checkpoints.MODEL_KINDS key: "bert-mlm" or "gpt-lm"
+    kind: str                       # a lib.checkpoints.MODEL_KINDS key: "bert-mlm", "gpt-lm" or "bart-denoise"
     description: str
     corpus: str                     # a CORPORA key
     model: dict                     # model configuration (vocabulary size and length are added)
@@ -122,7 +122,7 @@ class Recipe:
     log_every_tokens: int = 100_000  # how often the averaged training loss goes to the history
     heldout_every: int = 100        # every 100th document is held out
     heldout_sequences: int = 256
-    mask_prob: float = 0.15
+    mask_prob: float = 0.15         # bert-mlm: share of tokens masked; bart-denoise: share text infilling hides
     masking: str = "token"          # bert-mlm: "token" (BERT) or "knowledge" (ERNIE 1.0's three levels)
     seed: int = 0
 
@@ -136,9 +136,16 @@ class Recipe:
     def tokens_per_step(self) -> int:
         return self.batch_size * self.seq_len
 
+    @property
+    def source_len(self) -> int:
+        """bart-denoise: the encoder's input length (text infilling can add a [MASK] per empty span)."""
+        return self.seq_len + 8
+
     def model_config(self, vocab_size: int) -> dict:
         if self.kind == "bert-mlm":
             return {**self.model, "vocab_size": vocab_size, "max_position": self.seq_len}
+        if self.kind == "bart-denoise":
+            return {**self.model, "vocab_size": vocab_size, "max_len": self.source_len}
         return {**self.model, "vocab_size": vocab_size, "block_size": self.seq_len}
 
 
@@ -158,6 +165,12 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in [
     Recipe("gpt-imdb", "gpt-lm", "GPT-2-style decoder (4 layers x 256) on IMDB's training and unlabelled reviews, "
            "never a test review", corpus="imdb", model=dict(n_layer=4, n_head=4, n_embd=256, dropout=0.0),
            seq_len=128, batch_size=32, tokens=24_000_000, heldout_sequences=512),
+    # BART's final noise (sentence permutation, then text infilling of 30 % in Poisson(3) spans) on
+    # packed stretches of the NSMC crawl, the reviews in a stretch being its sentences (chapter 10)
+    Recipe("bart-ko", "bart-denoise", "Korean BART (2 + 2 layers x 256), sentence permutation and text infilling "
+           "on the NSMC crawl without any test review", corpus="nsmc",
+           model=dict(d_model=256, num_heads=4, encoder_layers=2, decoder_layers=2, d_ff=1024, dropout=0.0),
+           mask_prob=0.3, heldout_sequences=512),
     # for the tests: the same code on 3,000 rows of the crawl, a model of a few thousand parameters
     Recipe("ko-bert-tiny", "bert-mlm", "test recipe: ko-bert's code at toy size", corpus="nsmc-first-3000",
            model=dict(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64), vocab_size=400,
@@ -167,6 +180,10 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in [
            model=dict(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64), vocab_size=400,
            seq_len=32, batch_size=8, tokens=8 * 32 * 12, eval_every_tokens=8 * 32 * 4, log_every_tokens=8 * 32,
            heldout_every=10, heldout_sequences=16, masking="knowledge"),
+    Recipe("bart-ko-tiny", "bart-denoise", "test recipe: bart-ko's code at toy size", corpus="nsmc-first-3000",
+           model=dict(d_model=32, num_heads=2, encoder_layers=1, decoder_layers=1, d_ff=64), vocab_size=400,
+           seq_len=32, batch_size=8, tokens=8 * 32 * 12, eval_every_tokens=8 * 32 * 4, log_every_tokens=8 * 32,
+           heldout_every=10, heldout_sequences=16, mask_prob=0.3),
     Recipe("gpt-imdb-tiny", "gpt-lm", "test recipe: gpt-imdb's code at toy size", corpus="nsmc-first-3000",
            model=dict(n_layer=2, n_head=2, n_embd=32, dropout=0.1), vocab_size=400, seq_len=32, batch_size=8,
            tokens=8 * 32 * 12, eval_every_tokens=8 * 32 * 4, log_every_tokens=8 * 32, heldout_every=10,
@@ -376,6 +393,51 @@ class PackedLM(torch.utils.data.Dataset):
         return chunk[:-1], chunk[1:]
 
 
+class PackedDenoising(torch.utils.data.Dataset):
+    """BART's noise on ``seq_len`` tokens of the stream: the reviews in the stretch (split at the
+    ``[EOS]`` that ends each, the separators dropped) are permuted, then text infilling hides
+    ``mask_prob`` of their tokens (Poisson(3) spans, one ``[MASK]`` each; :func:`lib.data.noising.denoising_pair`).
+    Returns ``(source, decoder input, decoder target)`` of fixed shapes: the corrupted ids and ``[EOS]``
+    padded to ``seq_len + 8``, ``[BOS]`` + the original and the original + ``[EOS]`` padded to
+    ``seq_len + 1`` (the target with ``-100``, ignored). The noise is drawn from the example's index, as in
+    :class:`PackedMLM`."""
+
+    def __init__(self, stream: torch.Tensor, seq_len: int, tok, seed: int, mask_prob: float):
+        n = len(stream) // seq_len
+        self.chunks = stream[:n * seq_len].long().view(n, seq_len)
+        self.tok, self.seed, self.mask_prob, self.seq_len = tok, seed, mask_prob, seq_len
+        self.source_len = seq_len + 8
+
+    def __len__(self) -> int:
+        return len(self.chunks)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        import numpy as np
+        from lib.data import noising
+
+        eos, pad = self.tok.eos_id, self.tok.pad_id
+        sentences, current = [], []
+        for t in self.chunks[index % len(self.chunks)].tolist():
+            if t == eos:
+                if current:
+                    sentences.append(current)
+                current = []
+            else:
+                current.append(t)
+        if current:
+            sentences.append(current)
+        rng = np.random.default_rng(epoch_seed(self.seed, index))
+        corrupted, original = noising.denoising_pair(sentences, self.tok.mask_id, rng, mask_ratio=self.mask_prob)
+        src = torch.full((self.source_len,), pad, dtype=torch.long)
+        src_ids = corrupted[:self.source_len - 1] + [eos]
+        src[:len(src_ids)] = torch.tensor(src_ids)
+        tgt_in = torch.full((self.seq_len + 1,), pad, dtype=torch.long)
+        tgt_out = torch.full((self.seq_len + 1,), mlm.IGNORE_INDEX, dtype=torch.long)
+        tgt_in[:len(original) + 1] = torch.tensor([self.tok.bos_id, *original])
+        tgt_out[:len(original) + 1] = torch.tensor([*original, eos])
+        return src, tgt_in, tgt_out
+
+
 def masked_logits(model, ids: torch.Tensor, chosen: torch.Tensor) -> torch.Tensor:
     """The MLM head's logits at the ``chosen`` positions only (BertForPreTraining's ``only_masked``,
     without the NSP head and the loss it would compute besides ours)."""
@@ -398,8 +460,17 @@ def lm_step(model, batch):
     return model(x, y)[1], {}
 
 
-STEP_FNS: dict[str, Callable] = {"bert-mlm": mlm_step, "gpt-lm": lm_step}
-DATASETS = {"bert-mlm": PackedMLM, "gpt-lm": PackedLM}
+def denoising_step(model, batch):
+    """The decoder's cross-entropy on the original text, each sequence weighted equally (as ``mlm_step``)."""
+    src, tgt_in, tgt_out = batch
+    real = tgt_out != mlm.IGNORE_INDEX
+    per_token = F.cross_entropy(model(src, tgt_in).float().flatten(0, 1), tgt_out.flatten(),
+                                ignore_index=mlm.IGNORE_INDEX, reduction="none").view_as(tgt_out)
+    return ((per_token * real).sum(1) / real.sum(1).clamp(min=1)).mean(), {}
+
+
+STEP_FNS: dict[str, Callable] = {"bert-mlm": mlm_step, "gpt-lm": lm_step, "bart-denoise": denoising_step}
+DATASETS = {"bert-mlm": PackedMLM, "gpt-lm": PackedLM, "bart-denoise": PackedDenoising}
 
 
 def make_dataset(recipe: Recipe, streams: dict, part: str, tok, seed: int) -> torch.utils.data.Dataset:
@@ -417,10 +488,12 @@ def heldout_loss(model, batches: list, kind: str) -> float:
     model.eval()
     total = count = 0.0
     where = next(model.parameters()).device
-    for x, y in batches:
-        x, y = x.to(where), y.to(where)
+    for batch in batches:
+        x, *rest, y = (t.to(where) for t in batch)
         if kind == "bert-mlm":
             logits, targets = masked_logits(model, x, y != mlm.IGNORE_INDEX), y[y != mlm.IGNORE_INDEX]
+        elif kind == "bart-denoise":
+            logits, targets = model(x, *rest)[y != mlm.IGNORE_INDEX], y[y != mlm.IGNORE_INDEX]
         else:
             logits, targets = model(x)[0].flatten(0, 1), y.flatten()
         total += F.cross_entropy(logits.float(), targets, reduction="sum").item()

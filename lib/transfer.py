@@ -186,8 +186,8 @@ def verdict(rows, a: str, b: str, labels: int, names: Mapping[str, str] | None =
 
 
 def item_difference(a: Sequence[float], b: Sequence[float]) -> dict[str, float]:
-    """Two models scored on the same items (``a[i]`` and ``b[i]``: their scores on item ``i``, in
-    [0, 1]): ``{"a", "b"}`` their means, ``"mean"`` the mean paired difference ``a - b``, ``"se"`` its
+    """Two models scored on the same items (``a[i]`` and ``b[i]``: their scores on item ``i``, or in
+    run ``i``): ``{"a", "b"}`` their means, ``"mean"`` the mean paired difference ``a - b``, ``"se"`` its
     standard error over the items (NaN for one item) and ``"n"`` the number of items."""
     a, b = [float(x) for x in a], [float(x) for x in b]
     if len(a) != len(b) or not a:
@@ -196,27 +196,36 @@ def item_difference(a: Sequence[float], b: Sequence[float]) -> dict[str, float]:
     return {"a": sum(a) / len(a), "b": sum(b) / len(b), "mean": mean, "se": se, "n": len(a)}
 
 
-def item_sentence(d: Mapping[str, float], name_a: str, name_b: str, what: str, unit: str = "percent") -> str:
+def item_sentence(d: Mapping[str, float], name_a: str, name_b: str, what: str, unit: str = "percent",
+                  over: str = "items") -> str:
     """One sentence from :func:`item_difference` (also as recorded): both means, the paired difference
     with its standard error, and whether it is clearly outside the noise (more than two standard
     errors). ``what`` names the items ("entities restored whole"). ``unit``: ``"percent"`` (scores are
-    shares: means in %, the difference in points, higher is better) or ``"nats"`` (a loss: means and
-    difference in nats, lower is better, so the model with the lower loss is the one ahead)."""
-    if unit not in ("percent", "nats"):
-        raise ValueError(f"unit must be 'percent' or 'nats', got {unit!r}")
-    mean, se = d["mean"], d["se"]
+    shares: means in %, the difference in points, higher is better), ``"bleu"`` (BLEU scores, 0 to
+    100: means and difference in BLEU points, higher is better) or ``"nats"`` (a loss: means and
+    difference in nats, lower is better, so the model with the lower loss is the one ahead).
+    ``over`` names what was paired: ``"items"`` (test items) or ``"seeds"`` (runs with the same seed)."""
+    if unit not in ("percent", "bleu", "nats"):
+        raise ValueError(f"unit must be 'percent', 'bleu' or 'nats', got {unit!r}")
+    if over not in ("items", "seeds"):
+        raise ValueError(f"over must be 'items' or 'seeds', got {over!r}")
+    mean, se, one = d["mean"], d["se"], over[:-1]
+    count = f"{int(d['n']):,} {one if int(d['n']) == 1 else over}"
     if unit == "percent":
-        head = (f"{what} ({int(d['n']):,} items): {name_a} {100 * d['a']:.1f}%, {name_b} {100 * d['b']:.1f}%; "
+        head = (f"{what} ({count}): {name_a} {100 * d['a']:.1f}%, {name_b} {100 * d['b']:.1f}%; "
                 f"difference {_points(mean)}" + (f" ± {100 * se:.1f}" if se == se else "")
-                + " points (paired over the items)")
+                + f" points (paired over the {over})")
+    elif unit == "bleu":
+        head = (f"{what} ({count}): {name_a} {d['a']:.1f}, {name_b} {d['b']:.1f} BLEU; "
+                f"difference {mean:+.1f}" + (f" ± {se:.1f}" if se == se else "") + f" BLEU (paired over the {over})")
     else:
-        head = (f"{what} ({int(d['n']):,} items): {name_a} {d['a']:.3f}, {name_b} {d['b']:.3f} nats per token; "
-                f"difference {mean:+.3f}" + (f" ± {se:.3f}" if se == se else "") + " nats (paired over the items)")
+        head = (f"{what} ({count}): {name_a} {d['a']:.3f}, {name_b} {d['b']:.3f} nats per token; "
+                f"difference {mean:+.3f}" + (f" ± {se:.3f}" if se == se else "") + f" nats (paired over the {over})")
         mean = -mean                  # a lower loss is ahead
     if se != se:
-        return f"{head}: one item, no standard error."
+        return f"{head}: one {one}, no standard error."
     if se == 0 and mean == 0:
-        return f"{head}: the two agree on every item."
+        return f"{head}: the two agree on every {one}."
     if se == 0 or abs(mean) > 2 * se:
         side = "ahead" if mean > 0 else "behind"
         return f"{head}: {name_a} is clearly {side}" + ("" if se == 0 else f", {abs(mean) / se:.0f} standard errors") + "."
@@ -224,9 +233,10 @@ def item_sentence(d: Mapping[str, float], name_a: str, name_b: str, what: str, u
 
 
 def item_verdict(a: Sequence[float], b: Sequence[float], name_a: str, name_b: str, what: str,
-                 unit: str = "percent") -> str:
-    """:func:`item_sentence` of :func:`item_difference` of ``a`` and ``b``."""
-    return item_sentence(item_difference(a, b), name_a, name_b, what, unit)
+                 unit: str = "percent", over: str = "items") -> str:
+    """:func:`item_sentence` of :func:`item_difference` of ``a`` and ``b`` (``over="seeds"`` when
+    ``a[i]`` and ``b[i]`` are two models' scores from run ``i`` rather than on test item ``i``)."""
+    return item_sentence(item_difference(a, b), name_a, name_b, what, unit, over)
 
 
 def curve_reading(rows, pretrained: str = "pretrained", other: str = "random", at: int = 64,

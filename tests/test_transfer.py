@@ -182,6 +182,17 @@ def test_item_verdict_pairs_the_items():
                                                                                    "items")
 
 
+def test_item_sentence_over_seeds_and_in_bleu():
+    d = transfer.item_difference([20.0, 22.0, 21.0], [15.0, 16.0, 15.5])
+    text = transfer.item_sentence(d, "pretrained", "from scratch", "translation", unit="bleu", over="seeds")
+    assert text.startswith("translation (3 seeds): pretrained 21.0, from scratch 15.5 BLEU; difference +5.5 ± 0.3 BLEU "
+                           "(paired over the seeds)") and "clearly ahead, 19 standard errors" in text
+    assert "one seed, no standard error" in transfer.item_verdict([0.7], [0.6], "a", "b", "x", over="seeds")
+    assert "(1 seed)" in transfer.item_verdict([0.7], [0.6], "a", "b", "x", over="seeds")
+    with pytest.raises(ValueError, match="over must be"):
+        transfer.item_verdict([0.7], [0.6], "a", "b", "x", over="runs")
+
+
 def test_item_sentence_in_nats_puts_the_lower_loss_ahead():
     d = transfer.item_difference([2.0, 2.2, 1.9, 2.1], [2.5, 2.6, 2.4, 2.7])
     text = transfer.item_sentence(d, "knowledge", "token", "entity loss", unit="nats")

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CHAPTER = "03_transformer"     # a chapter with exercises, so that the box links them
 
 
-def build(tmp: Path, repository: str) -> str:
+def build(tmp: Path, repository: str, language: str = "en") -> str:
     sphinx = pytest.importorskip("sphinx.application")
     src, out = tmp / "src", tmp / "out"
     (src / "chapters").mkdir(parents=True)
@@ -34,7 +34,8 @@ def build(tmp: Path, repository: str) -> str:
         "extensions = ['myst_nb', 'course_site']\n"
         "nb_execution_mode = 'off'\n"
         "myst_enable_extensions = ['substitution']\n"
-        f"course_repository = {repository!r}\n")
+        f"course_repository = {repository!r}\n"
+        f"language = {language!r}\n")
     app = sphinx.Sphinx(str(src), str(src), str(out), str(tmp / "doctrees"), "html", status=None, warning=None,
                         freshenv=True)
     app.build()
@@ -62,6 +63,17 @@ def test_every_chapter_opens_with_the_box_once_the_repository_is_set(tmp_path):
     assert f"{CHAPTER}.ipynb" in names and exercises and exercises <= names, names
     assert html.index("course-run-box") < html.index("Some prose"), "the box is not under the title"
     assert f'href="{url}"' in html[html.index("From the root of"):], "the index does not name the repository"
+
+
+def test_the_korean_site_s_box_is_in_korean(tmp_path):
+    url = "https://example.org/course-repo"
+    html = build(tmp_path, url, language="ko")
+    box = html[html.index("course-run-box"):]
+    box = re.sub(r"<[^>]+>", "", box[:box.index("</div>")])
+    assert "이 장을 직접 실행해 보세요." in box and "내려받기:" in box and "연습 문제:" in box, box
+    assert url in box and "bash tools/setup.sh" in box and f"chapters/{CHAPTER}.ipynb" in box
+    english = [w for w in ("Run this chapter", "Download", "its exercises", "graded with", "clone it") if w in box]
+    assert not english, f"the Korean box says {english}"
 
 
 @pytest.mark.parametrize("chapter", sorted((ROOT / "chapters").glob("*.ipynb")), ids=lambda p: p.stem)

@@ -35,6 +35,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:      # lib (lib.io), also when Sphinx loads this file by path
     sys.path.insert(0, str(ROOT))
 LANGUAGES = ("en", "ko")          # the book's language first
+#: catalogs in LC_MESSAGES that belong to no page: the themes' own words (book/_ext/course_site.py)
+THEME_CATALOGS = ("sphinx", "booktheme")
 LANG = "ko"
 LOCALES = ROOT / "locales"
 
@@ -204,7 +206,7 @@ def update(templates: dict, exercises: dict | None = None) -> list[str]:
             changed.append(f"{key}.po")
     for path in sorted(catalogs_dir().rglob("*.po")):
         docname = path.relative_to(catalogs_dir()).with_suffix("").as_posix()
-        if docname not in templates and docname != "sphinx":
+        if docname not in templates and docname not in THEME_CATALOGS:
             path.unlink()
             changed.append(f"{docname}.po (removed: no such page)")
     for path in _exercise_catalogs():
@@ -378,7 +380,7 @@ def check(templates: dict, exercises: dict | None = None) -> list[str]:
             problems.append(f"locales/{LANG}/PENDING names {name!r}, which is not a page of the book or an exercise set")
     for path in sorted(catalogs_dir().rglob("*.po")):
         docname = path.relative_to(catalogs_dir()).with_suffix("").as_posix()
-        if docname not in templates and docname != "sphinx":
+        if docname not in templates and docname not in THEME_CATALOGS:
             problems.append(f"{path.relative_to(LOCALES.parent)}: no page {docname!r} (run python tools/i18n.py update)")
     for path in _exercise_catalogs():
         key = path.relative_to(LOCALES / LANG).with_suffix("").as_posix()

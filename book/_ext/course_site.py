@@ -138,6 +138,7 @@ def _name_the_repository(app: Sphinx, config) -> None:
 
 LANGUAGES = {"en": "English", "ko": "한국어"}     # the book's language first; the others in a folder each
 KOREAN_TITLE = "어텐션과 트랜스포머, 직접 실행하며 배우기"
+KOREAN_AUTHOR = "강의 저자들"
 PENDING_NOTE = ("이 페이지는 아직 한국어로 번역되지 않았습니다. 번역이 끝날 때까지 영어 원문을 보여 드립니다. "
                 "코드와 실행 결과는 영어판과 같습니다.")
 
@@ -168,10 +169,47 @@ def _korean_config(app: Sphinx, config) -> None:
     if not _korean(config):
         return
     config.html_title = KOREAN_TITLE
+    config.author = KOREAN_AUTHOR
     options = dict(config.html_theme_options or {})
     options["search_bar_text"] = "강의 검색..."
     config.html_theme_options = options
     config.html_search_language = "ko"
+
+
+def _theme_words(app: Sphinx) -> None:
+    """The themes' words (buttons, tooltips, the author line, "previous page") in the site's language,
+    from ``locales/<lang>/LC_MESSAGES/sphinx.po`` and ``booktheme.po`` (``tools/i18n.py``'s
+    THEME_CATALOGS), ahead of the themes' own catalogs, which Sphinx would otherwise ask first: a
+    theme that registers its catalog early wins, and the book theme's Korean one is a machine's
+    ("By" as "으로")."""
+    language = site_language(app.config)
+    if language == "en":
+        return
+    import gettext
+
+    from babel.messages.pofile import read_po
+    from sphinx import locale
+
+    class Words(gettext.NullTranslations):
+        def __init__(self, words: dict[str, str], fallback):
+            super().__init__()
+            self.words = words
+            if fallback is not None:
+                self.add_fallback(fallback)
+
+        def gettext(self, message: str) -> str:
+            if message in self.words:
+                return self.words[message]
+            return self._fallback.gettext(message) if self._fallback else message
+
+    for domain in _i18n_tool().THEME_CATALOGS:
+        path = Path(app.srcdir) / app.config.locale_dirs[0] / language / "LC_MESSAGES" / f"{domain}.po"
+        if not path.is_file():
+            continue
+        with path.open("rb") as f:
+            words = {m.id: m.string for m in read_po(f) if m.id and m.string and not m.fuzzy}
+        key = ("general", domain)
+        locale.translators[key] = Words(words, locale.translators.get(key))
 
 
 def language_switch_href(pagename: str, language: str) -> str:
@@ -333,49 +371,78 @@ def _recipe() -> str:
         return "ci"
 
 
+#: The run box's sentences, per site language ({url}, {notebook}, {minutes}, {recipe} filled in).
+RUN_BOX = {
+    "en": {"title": "Run this chapter yourself.",
+           "need": ("It runs inside the course's repository, {url}: clone it and set it up with {setup} (the README's "
+                    "command), then open {notebook} there. The notebook imports the course's {lib} package and reads "
+                    "the repository's data: a copy on its own stops at its first cell and says so. There are no Colab "
+                    "or Binder links for the same reason."),
+           "time": ("Time: computing this page's outputs took about {minutes} min ({recipe}; measured when the book "
+                    "was built). {full} runs the full recipe, the one behind the recorded numbers; the chapter says "
+                    "where and at what size they were run."),
+           "recipes": {"ci": "the CI recipe, the default on a CPU", "full": "the full recipe"},
+           "download": "Download: ", "exercises": " · its exercises: ",
+           "graded": " (graded with otter-grader, which the setup installs)."},
+    "ko": {"title": "이 장을 직접 실행해 보세요.",
+           "need": ("이 노트북은 강의 저장소 {url} 안에서 실행됩니다. 저장소를 클론하고 {setup} 명령으로 환경을 "
+                    "준비한 다음(README에 적힌 명령입니다), 그 안에서 {notebook} 파일을 여세요. 노트북은 강의의 {lib} 패키지를 불러오고 "
+                    "저장소의 데이터를 읽습니다. 노트북 파일만 따로 떼어 열면 첫 셀에서 멈추고 그 이유를 알려 줍니다. "
+                    "Colab이나 Binder 링크가 없는 것도 같은 이유입니다."),
+           "time": ("시간: 이 페이지의 출력을 계산하는 데 약 {minutes}분이 걸렸습니다({recipe}, 책을 빌드할 때 잰 "
+                    "시간). {full}로 실행하면 기록된 수치를 낸 전체 레시피가 돌아갑니다. 그 실행을 어디서, 어떤 "
+                    "규모로 했는지는 각 장에 적혀 있습니다."),
+           "recipes": {"ci": "CI 레시피, CPU에서의 기본값", "full": "전체 레시피"},
+           "download": "내려받기: ", "exercises": " · 연습 문제: ",
+           "graded": " (otter-grader로 채점합니다. 설정 스크립트가 설치해 줍니다)."},
+}
+
+
+def _sentence(template: str, **parts) -> list[nodes.Node]:
+    """``template`` as text nodes, each ``{name}`` replaced by the node ``parts[name]``."""
+    out: list[nodes.Node] = []
+    for piece in re.split(r"(\{\w+\})", template):
+        name = piece[1:-1] if piece.startswith("{") and piece.endswith("}") else None
+        if name in parts:
+            out.append(parts[name])
+        elif piece:
+            out.append(nodes.Text(piece))
+    return out
+
+
 def _run_box(app: Sphinx, docname: str, seconds: float | None) -> nodes.container:
-    """The box: what the chapter needs, how long it takes, its notebook and exercises to download."""
+    """The box: what the chapter needs, how long it takes, its notebook and exercises to download, in
+    the site's language."""
     from sphinx import addnodes
 
+    words = RUN_BOX.get(site_language(app.config), RUN_BOX["en"])
     url, chapter = _repository(app), docname.split("/")[-1]
     box = nodes.container(classes=["course-run-box"])
-    box += nodes.paragraph("", "", nodes.strong(text="Run this chapter yourself."))
-    need = nodes.paragraph()
-    need += nodes.Text("It runs inside the course's repository, ")
-    need += nodes.reference(url, url, refuri=url)
-    need += nodes.Text(": clone it and set it up with ")
-    need += nodes.literal(text="bash tools/setup.sh")
-    need += nodes.Text(" (the README's command), then open ")
-    need += nodes.literal(text=f"{docname}.ipynb")
-    need += nodes.Text(" there. The notebook imports the course's ")
-    need += nodes.literal(text="lib")
-    need += nodes.Text(" package and reads the repository's data: a copy on its own stops at its first cell "
-                       "and says so. There are no Colab or Binder links for the same reason.")
-    box += need
+    box += nodes.paragraph("", "", nodes.strong(text=words["title"]))
+    box += nodes.paragraph("", "", *_sentence(
+        words["need"], url=nodes.reference(url, url, refuri=url), setup=nodes.literal(text="bash tools/setup.sh"),
+        notebook=nodes.literal(text=f"{docname}.ipynb"), lib=nodes.literal(text="lib")))
     if seconds is not None:
-        recipe = {"ci": "the CI recipe, the default on a CPU", "full": "the full recipe"}.get(_recipe(), _recipe())
+        recipe = words["recipes"].get(_recipe(), _recipe())
         minutes = max(1, round(seconds / 60))
-        took = nodes.paragraph()
-        took += nodes.Text(f"Time: computing this page's outputs took about {minutes} min ({recipe}; "
-                           f"measured when the book was built). ")
-        took += nodes.literal(text="COURSE_MODE=full")
-        took += nodes.Text(" runs the recipe behind the headline numbers, meant for a GPU.")
-        box += took
+        box += nodes.paragraph("", "", *_sentence(words["time"].replace("{minutes}", str(minutes))
+                                                  .replace("{recipe}", recipe),
+                                                  full=nodes.literal(text="COURSE_MODE=full")))
     get = nodes.paragraph()
-    get += nodes.Text("Download: ")
+    get += nodes.Text(words["download"])
     get += addnodes.download_reference("", "", nodes.literal(text=f"{chapter}.ipynb"),
                                        reftarget=f"/{docname}.ipynb", refdoc=docname, refexplicit=True)
     tool = _exercises_tool()
     masters = [m for m in tool.discover() if m.chapter == chapter]
     if masters:
-        get += nodes.Text(" · its exercises: ")
+        get += nodes.Text(words["exercises"])
         for i, master in enumerate(masters):
             if i:
                 get += nodes.Text(", ")
             student = master.student_nb(tool.DIST).relative_to(ROOT).as_posix()
             get += addnodes.download_reference("", "", nodes.literal(text=f"{master.name}.ipynb"),
                                                reftarget=f"/{student}", refdoc=docname, refexplicit=True)
-        get += nodes.Text(" (graded with otter-grader, which the setup installs).")
+        get += nodes.Text(words["graded"])
     box += get
     return box
 
@@ -758,6 +825,7 @@ def setup(app: Sphinx) -> dict:
     app.add_config_value("course_repository", "", "env")
     app.connect("config-inited", _name_the_repository)
     app.connect("config-inited", _korean_config)
+    app.connect("builder-inited", _theme_words)
     app.add_search_language(_search_language_korean())
     app.connect("html-page-context", _language_switch)
     app.connect("doctree-read", _untranslated_math)

@@ -1025,14 +1025,15 @@ def test_the_korean_navigation_has_no_english_titles():
 
 def test_the_korean_site_s_buttons_and_tooltips_are_in_korean():
     # The themes' words on a Korean chapter (tooltips, skip link, colour modes, previous/next, the
-    # author line, the run box) come from locales/ko/LC_MESSAGES/sphinx.po and booktheme.po.
+    # author line) come from locales/ko/LC_MESSAGES/sphinx.po and booktheme.po (the run box's words:
+    # test_site_run_box.py).
     _korean_site()
     page = (KO / "chapters" / "06_transfer_elmo.html").read_text(encoding="utf-8")
     for english in ("Toggle primary sidebar", "Toggle secondary sidebar", "Skip to main content", "Back to top",
-                    "System Settings", "previous page", "next page", "Run this chapter yourself", ">Contents<",
+                    "System Settings", "previous page", "next page", ">Contents<",
                     "The course authors"):
         assert english not in page, f"the Korean chapter page still says {english!r}"
-    for korean in ("왼쪽 사이드바 열기/닫기", "본문으로 건너뛰기", "이전 페이지", "이 장을 직접 실행해 보세요", "지은이:"):
+    for korean in ("왼쪽 사이드바 열기/닫기", "본문으로 건너뛰기", "이전 페이지", "지은이:"):
         assert korean in page, f"the Korean chapter page lacks {korean!r}"
 
 

@@ -138,23 +138,43 @@ def _points(x: float) -> str:
     return f"{100 * x:+.1f}"
 
 
+def critical_value(n: int | None) -> float:
+    """How many standard errors a mean difference of ``n`` paired values must exceed to count as clear:
+    Student's t at 97.5 % with ``n - 1`` degrees of freedom (4.30 for 3 draws, 2.78 for 5, 2.09 for
+    20), 2 beyond 60 values or for a normal approximation (``n`` None). With 3 draws the standard
+    error is itself uncertain, and a difference of two of them is no evidence."""
+    if n is None or n > 60:
+        return 2.0
+    if n < 2:
+        raise ValueError(f"a standard error needs at least 2 values, got {n}")
+    from scipy.stats import t
+    return float(t.ppf(0.975, n - 1))
+
+
+def _interval(mean: float, se: float, n: int | None, scale: float = 100.0, digits: int = 1, unit: str = "points") -> str:
+    """``95 % interval a to b unit`` of a mean difference (Student's t, see :func:`critical_value`)."""
+    half = critical_value(n) * se
+    return f"95 % interval {scale * (mean - half):+.{digits}f} to {scale * (mean + half):+.{digits}f} {unit}"
+
+
 def _test_sample_judgement(name: str, pa: float, pb: float, test_items: int, why: str) -> str:
     """The difference of two accuracies measured on the same ``test_items`` items, judged by the
     standard error of the test sample alone, ``sqrt(pa(1-pa)/N + pb(1-pb)/N)``."""
     se = math.sqrt(pa * (1 - pa) / test_items + pb * (1 - pb) / test_items)
     diff = pa - pb
-    text = f"difference {_points(diff)} ± {100 * se:.1f} points ({why})"
-    if abs(diff) > 2 * se:
+    text = f"difference {_points(diff)} ± {100 * se:.1f} points ({why}; {_interval(diff, se, None)})"
+    if abs(diff) > critical_value(None) * se:
         side = "ahead" if diff > 0 else "behind"
-        return f"{text}: {name} is clearly {side}, {abs(diff) / se:.0f} standard errors."
+        return f"{text}: {name} is clearly {side}."
     return f"{text}: not distinguishable from the test-sample noise."
 
 
 def verdict(rows, a: str, b: str, labels: int, names: Mapping[str, str] | None = None, chance: float | None = 0.5,
             task: str | None = None, metric: str | None = None, test_items: int | None = None) -> str:
     """One sentence from the numbers: both arms' means at ``labels``, the paired difference in points
-    with its standard error, whether it is clearly outside the noise (more than two standard errors),
-    and "near chance" for an arm within two standard errors (or 2 points) of ``chance``.
+    with its standard error and 95 % interval, whether it is clearly outside the noise (the interval
+    excludes zero: more than :func:`critical_value` standard errors, 4.3 of them with 3 draws), and
+    "near chance" for an arm within two standard errors (or 2 points) of ``chance``.
 
     With a single draw there is no spread over draws to measure; given ``test_items`` (the size of
     the test set an accuracy was measured on) the sentence then judges the difference by the
@@ -177,11 +197,11 @@ def verdict(rows, a: str, b: str, labels: int, names: Mapping[str, str] | None =
     if d["n"] < 2:
         return f"{head}; " + _test_sample_judgement(na, d["a"], d["b"], test_items, "one draw: the standard error "
                                                      f"of {test_items:,} test items only, not of the draw")
-    diff = f"difference {_points(d['mean'])} ± {100 * d['se']:.1f} points (paired over {d['n']} draws)"
-    if d["se"] == 0 or abs(d["mean"]) > 2 * d["se"]:
+    diff = f"difference {_points(d['mean'])} ± {100 * d['se']:.1f} points (paired over {d['n']} draws"
+    diff += ")" if d["se"] == 0 else f"; {_interval(d['mean'], d['se'], d['n'])})"
+    if d["se"] == 0 or abs(d["mean"]) > critical_value(d["n"]) * d["se"]:
         side = "ahead" if d["mean"] > 0 else "behind"
-        z = "" if d["se"] == 0 else f", {abs(d['mean']) / d['se']:.0f} standard errors"
-        return f"{head}; {diff}: {na} is clearly {side}{z}."
+        return f"{head}; {diff}: {na} is clearly {side}."
     return f"{head}; {diff}: not distinguishable from the noise at this size."
 
 
@@ -199,8 +219,8 @@ def item_difference(a: Sequence[float], b: Sequence[float]) -> dict[str, float]:
 def item_sentence(d: Mapping[str, float], name_a: str, name_b: str, what: str, unit: str = "percent",
                   over: str = "items") -> str:
     """One sentence from :func:`item_difference` (also as recorded): both means, the paired difference
-    with its standard error, and whether it is clearly outside the noise (more than two standard
-    errors). ``what`` names the items ("entities restored whole"). ``unit``: ``"percent"`` (scores are
+    with its standard error and 95 % interval, and whether it is clearly outside the noise (the
+    interval excludes zero: Student's t, :func:`critical_value`). ``what`` names the items ("entities restored whole"). ``unit``: ``"percent"`` (scores are
     shares: means in %, the difference in points, higher is better), ``"bleu"`` (BLEU scores, 0 to
     100: means and difference in BLEU points, higher is better) or ``"nats"`` (a loss: means and
     difference in nats, lower is better, so the model with the lower loss is the one ahead).
@@ -209,26 +229,29 @@ def item_sentence(d: Mapping[str, float], name_a: str, name_b: str, what: str, u
         raise ValueError(f"unit must be 'percent', 'bleu' or 'nats', got {unit!r}")
     if over not in ("items", "seeds"):
         raise ValueError(f"over must be 'items' or 'seeds', got {over!r}")
-    mean, se, one = d["mean"], d["se"], over[:-1]
-    count = f"{int(d['n']):,} {one if int(d['n']) == 1 else over}"
+    mean, se, one, n = d["mean"], d["se"], over[:-1], int(d["n"])
+    count = f"{n:,} {one if n == 1 else over}"
     if unit == "percent":
+        scale, digits, name = 100.0, 1, "points"
         head = (f"{what} ({count}): {name_a} {100 * d['a']:.1f}%, {name_b} {100 * d['b']:.1f}%; "
-                f"difference {_points(mean)}" + (f" ± {100 * se:.1f}" if se == se else "")
-                + f" points (paired over the {over})")
+                f"difference {_points(mean)}" + (f" ± {100 * se:.1f}" if se == se else "") + " points")
     elif unit == "bleu":
+        scale, digits, name = 1.0, 1, "BLEU"
         head = (f"{what} ({count}): {name_a} {d['a']:.1f}, {name_b} {d['b']:.1f} BLEU; "
-                f"difference {mean:+.1f}" + (f" ± {se:.1f}" if se == se else "") + f" BLEU (paired over the {over})")
+                f"difference {mean:+.1f}" + (f" ± {se:.1f}" if se == se else "") + " BLEU")
     else:
+        scale, digits, name = 1.0, 3, "nats"
         head = (f"{what} ({count}): {name_a} {d['a']:.3f}, {name_b} {d['b']:.3f} nats per token; "
-                f"difference {mean:+.3f}" + (f" ± {se:.3f}" if se == se else "") + f" nats (paired over the {over})")
-        mean = -mean                  # a lower loss is ahead
+                f"difference {mean:+.3f}" + (f" ± {se:.3f}" if se == se else "") + " nats")
+    head += f" (paired over the {over}" + (f"; {_interval(mean, se, n, scale, digits, name)})" if se == se and se > 0
+                                           else ")")
+    ahead = -mean if unit == "nats" else mean          # a lower loss is ahead
     if se != se:
         return f"{head}: one {one}, no standard error."
     if se == 0 and mean == 0:
         return f"{head}: the two agree on every {one}."
-    if se == 0 or abs(mean) > 2 * se:
-        side = "ahead" if mean > 0 else "behind"
-        return f"{head}: {name_a} is clearly {side}" + ("" if se == 0 else f", {abs(mean) / se:.0f} standard errors") + "."
+    if se == 0 or abs(mean) > critical_value(n) * se:
+        return f"{head}: {name_a} is clearly {'ahead' if ahead > 0 else 'behind'}."
     return f"{head}: not distinguishable from the noise."
 
 
@@ -371,13 +394,15 @@ def _tokens(t: int) -> str:
 def emergence_reading(table, labels: int) -> str:
     """One sentence on :func:`emergence_table` at ``labels``: the gain over random weights after each
     amount of pretraining (paired, ± standard error), and the first amount after which the gain is
-    clearly positive (more than two standard errors), or that it never is."""
+    clearly positive (more than :func:`critical_value` standard errors for its number of draws), or
+    that it never is."""
     t = table[(table.labels == labels) & (table.tokens > 0)].sort_values("tokens")
     if t.empty:
         raise ValueError(f"no emergence rows at {labels} labels")
     steps = [f"{_points(g)} ± {100 * se:.1f} after {_tokens(int(n))} tokens" if se == se
              else f"{_points(g)} after {_tokens(int(n))} tokens" for n, g, se in zip(t.tokens, t.gain, t.gain_se)]
-    clear = [int(n) for n, g, se in zip(t.tokens, t.gain, t.gain_se) if se == se and g > 2 * se]
+    clear = [int(n) for n, g, se, k in zip(t.tokens, t.gain, t.gain_se, t.n)
+             if se == se and g > critical_value(int(k)) * se]
     head = f"At {labels:,} labels, the gain over random weights is " + ", ".join(steps) + " (points, paired over draws)"
     if not clear:
         return head + ": at no amount of pretraining measured is it clearly positive."

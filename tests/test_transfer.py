@@ -59,8 +59,24 @@ def test_verdict_says_clear_gap_noise_and_chance():
     assert "single draw" in transfer.verdict(one, "pretrained", "random", 64)
     # one draw, 400 test items: se = sqrt(.7*.3/400 + .6*.4/400) = 0.0335, the 10-point gap is 3 of them
     text = transfer.verdict(one, "pretrained", "random", 64, test_items=400)
-    assert "± 3.4 points (one draw" in text and "clearly ahead, 3 standard errors" in text
+    assert "± 3.4 points (one draw" in text and "95 % interval +3.3 to +16.7 points): pretrained is clearly ahead" in text
     assert "not distinguishable" in transfer.verdict(one, "pretrained", "random", 64, test_items=40)
+
+
+def test_three_draws_need_student_s_t_not_two_standard_errors():
+    # differences 0.02, 0.03, 0.04: mean 0.03, se 0.00577, 5.2 standard errors (clear at t = 4.30);
+    # differences 0.01, 0.03, 0.05: se 0.0115, 2.6 standard errors: clear under a 2-se rule, not at t
+    assert transfer.critical_value(3) == pytest.approx(4.303, abs=1e-3)
+    assert transfer.critical_value(None) == 2.0 and transfer.critical_value(1000) == 2.0
+    clear = rows_of("pretrained", 64, [0.72, 0.73, 0.74]) + rows_of("random", 64, [0.70, 0.70, 0.70])
+    assert "clearly ahead" in transfer.verdict(clear, "pretrained", "random", 64)
+    wide = rows_of("pretrained", 64, [0.71, 0.73, 0.75]) + rows_of("random", 64, [0.70, 0.70, 0.70])
+    text = transfer.verdict(wide, "pretrained", "random", 64)
+    assert "+3.0 ± 1.2 points (paired over 3 draws; 95 % interval -2.0 to +8.0 points)" in text
+    assert "not distinguishable" in text
+    assert "not distinguishable" in transfer.item_verdict([0.71, 0.73, 0.75], [0.70] * 3, "a", "b", "x", over="seeds")
+    with pytest.raises(ValueError, match="at least 2"):
+        transfer.critical_value(1)
 
 
 def test_labels_to_match_interpolates_in_log_labels():
@@ -125,7 +141,7 @@ def test_mean_verdict_noise_gap_and_chance():
     close = transfer.mean_verdict("A", 0.617, "B", 0.636, labels=8000, test_items=4000, draws=3)
     assert "-1.9 ± 1.1 points" in close and "not distinguishable" in close and "mean of 3 runs" in close
     far = transfer.mean_verdict("A", 0.795, "B", 0.617, labels=8000, test_items=4000, draws=3)
-    assert "A is clearly ahead, 18 standard errors" in far and "near chance" not in far
+    assert "95 % interval +15.8 to +19.8 points): A is clearly ahead" in far and "near chance" not in far
     low = transfer.mean_verdict("A", 0.51, "B", 0.70, labels=50, test_items=4000, draws=3)
     assert "A 0.510 (near chance)" in low and "A is clearly behind" in low
     with pytest.raises(ValueError, match="between 0 and 1"):
@@ -170,7 +186,8 @@ def test_item_verdict_pairs_the_items():
     b = [1.0] * 40 + [0.0] * 60            # b is right on a subset of a's items: differences 0 or +1
     text = transfer.item_verdict(a, b, "knowledge", "token", "entities restored whole")
     assert "entities restored whole (100 items): knowledge 60.0%, token 40.0%" in text
-    assert "+20.0 ± 4.0 points" in text and "clearly ahead, 5 standard errors" in text
+    assert "+20.0 ± 4.0 points (paired over the items; 95 % interval +12.0 to +28.0 points)" in text
+    assert "clearly ahead" in text
     assert "not distinguishable" in transfer.item_verdict([1, 0, 1, 0, 1], [0, 1, 1, 0, 0], "x", "y", "items")
     assert "agree on every item" in transfer.item_verdict([1, 0], [1, 0], "x", "y", "items")
     assert "clearly behind" in transfer.item_verdict(b, a, "token", "knowledge", "entities")
@@ -185,8 +202,8 @@ def test_item_verdict_pairs_the_items():
 def test_item_sentence_over_seeds_and_in_bleu():
     d = transfer.item_difference([20.0, 22.0, 21.0], [15.0, 16.0, 15.5])
     text = transfer.item_sentence(d, "pretrained", "from scratch", "translation", unit="bleu", over="seeds")
-    assert text.startswith("translation (3 seeds): pretrained 21.0, from scratch 15.5 BLEU; difference +5.5 ± 0.3 BLEU "
-                           "(paired over the seeds)") and "clearly ahead, 19 standard errors" in text
+    assert text == ("translation (3 seeds): pretrained 21.0, from scratch 15.5 BLEU; difference +5.5 ± 0.3 BLEU "
+                    "(paired over the seeds; 95 % interval +4.3 to +6.7 BLEU): pretrained is clearly ahead.")
     assert "one seed, no standard error" in transfer.item_verdict([0.7], [0.6], "a", "b", "x", over="seeds")
     assert "(1 seed)" in transfer.item_verdict([0.7], [0.6], "a", "b", "x", over="seeds")
     with pytest.raises(ValueError, match="over must be"):

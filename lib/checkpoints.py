@@ -127,9 +127,16 @@ def _bart(config: Mapping[str, Any]) -> nn.Module:
     return Bart(BartConfig(**config))
 
 
+def _elmo(config: Mapping[str, Any]) -> nn.Module:
+    from lib.models.elmo import BiLM, ELMoConfig
+    return BiLM(ELMoConfig(**config))
+
+
 #: kind -> a function that builds the (untrained) model from the registered configuration.
 MODEL_KINDS: dict[str, Callable[[Mapping[str, Any]], nn.Module]] = {"bert-mlm": _bert, "gpt-lm": _gpt,
-                                                                     "bart-denoise": _bart}
+                                                                     "bart-denoise": _bart, "elmo-bilm": _elmo}
+#: kinds whose tokenizer file is a word vocabulary (``lib.text.WordVocab``), not subwords
+WORD_VOCAB_KINDS = frozenset({"elmo-bilm"})
 
 
 def build_model(kind: str, config: Mapping[str, Any]) -> nn.Module:
@@ -139,11 +146,12 @@ def build_model(kind: str, config: Mapping[str, Any]) -> nn.Module:
 
 
 def config_dict(config: Any) -> dict:
-    """A configuration as a plain dict (a dataclass such as ``BertConfig``, or a mapping)."""
+    """A configuration as a plain dict (a dataclass such as ``BertConfig``, or a mapping), as JSON
+    holds it (tuples as lists), so that it compares equal to the registry's."""
     if dataclasses.is_dataclass(config) and not isinstance(config, type):
-        return dataclasses.asdict(config)
+        return json.loads(json.dumps(dataclasses.asdict(config)))
     if isinstance(config, Mapping):
-        return dict(config)
+        return json.loads(json.dumps(dict(config)))
     raise TypeError(f"config must be a dataclass (e.g. BertConfig) or a dict, got {type(config).__name__}")
 
 
@@ -321,7 +329,7 @@ def load_state(name: str, config: Any = None, root: str | os.PathLike | None = N
 def load(name: str, config: Any = None, root: str | os.PathLike | None = None) -> Checkpoint:
     """Checkpoint ``name``: the model (float32, eval mode), its tokenizer and its card, every file
     checked against the registry first (see the module docstring for what is refused)."""
-    from lib.text import SubwordTokenizer
+    from lib.text import SubwordTokenizer, WordVocab
 
     state, entry, meta = load_state(name, config, root)
     asked = config_dict(config) if config is not None else {}
@@ -332,7 +340,8 @@ def load(name: str, config: Any = None, root: str | os.PathLike | None = None) -
         raise CheckpointError(f"the weights of checkpoint {name!r} do not fit its {entry.kind} model (missing "
                               f"{sorted(set(missing) - set(tied))}, unexpected {unexpected}): rebuild it with "
                               f"`{entry.command}`")
-    tokenizer = SubwordTokenizer.load(path(name, "tokenizer", root)) if "tokenizer" in entry.files else None
+    reader = WordVocab if entry.kind in WORD_VOCAB_KINDS else SubwordTokenizer
+    tokenizer = reader.load(path(name, "tokenizer", root)) if "tokenizer" in entry.files else None
     card = json.loads(path(name, "card", root).read_text(encoding="utf-8")) if "card" in entry.files else meta
     return Checkpoint(name, model.eval(), tokenizer, card, entry)
 

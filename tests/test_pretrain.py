@@ -186,6 +186,36 @@ def test_the_bart_recipe_denoises_the_reviews_of_its_stretch_and_loads_as_a_bart
     assert curve[-1]["heldout_loss"] < curve[0]["heldout_loss"]
 
 
+def test_the_elmo_recipe_reads_words_as_bytes_and_predicts_the_vocabulary_s_words(data_mirror, tmp_path):
+    from lib.models import elmo
+    result = pretrain.main(["elmo-ko-tiny", "--out", str(tmp_path / "out"), "--scratch", str(tmp_path / "s")])
+    ckpt = checkpoints.load("elmo-ko-tiny", root=tmp_path / "out")
+    vocab, recipe = ckpt.tokenizer, pretrain.RECIPES["elmo-ko-tiny"]
+    assert isinstance(ckpt.model, elmo.BiLM) and len(vocab) == recipe.vocab_size
+    streams = torch.load(tmp_path / "s" / "elmo-ko-tiny" / "data" / "streams.pt", weights_only=True)
+    data = pretrain.PackedWordLM(streams["train"], recipe.seq_len, vocab, streams)
+    max_chars, unknown = recipe.model["max_chars"], 0
+    for index in range(10):
+        chars, length, target = data[index]
+        assert chars.shape == (recipe.seq_len, max_chars) and int(length) == recipe.seq_len
+        for word_bytes, t in zip(chars.tolist(), target.tolist()):
+            body = word_bytes[1:word_bytes.index(elmo.EOW)]
+            if body in ([259], [260]):                                  # <S>, </S>
+                assert t == (vocab.bos_id if body == [259] else vocab.eos_id)
+                continue
+            word = bytes(b - 1 for b in body).decode("utf-8", errors="ignore")
+            if len(body) < max_chars - 2:                               # a word not cut at max_chars
+                assert word_bytes == elmo.encode_word(word, max_chars)
+                expected = vocab.encode([word])[0]
+                assert t == (-100 if expected == vocab.unk_id else expected), (word, t)
+            unknown += t == -100
+    assert unknown > 0                                                  # rare words are read, never predicted
+    card = result["card"]
+    loss = pretrain.heldout_loss(ckpt.model, result["heldout"], "elmo-bilm")
+    assert loss == pytest.approx(card["heldout"]["by_stored_dtype"][card["heldout"]["stored_dtype"]], abs=1e-6)
+    assert card["tokenizer"]["kind"] == "words"
+
+
 def test_a_snapshot_missed_by_an_interruption_is_written_on_resume(data_mirror, tmp_path, monkeypatch):
     def killed(*args):
         raise KeyboardInterrupt

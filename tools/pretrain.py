@@ -104,11 +104,11 @@ CORPORA: dict[str, tuple[Callable[[], tuple[list[str], dict]], tuple[tuple[str, 
 class Recipe:
     """Everything a pretraining run depends on (besides the token budget and the snapshots)."""
     name: str
-    kind: str                       # a lib.checkpoints.MODEL_KINDS key: "bert-mlm", "gpt-lm" or "bart-denoise"
+    kind: str                       # a lib.checkpoints.MODEL_KINDS key: bert-mlm, gpt-lm, bart-denoise, elmo-bilm
     description: str
     corpus: str                     # a CORPORA key
     model: dict                     # model configuration (vocabulary size and length are added)
-    tokenizer: str = "bpe"          # lib.text.train_tokenizer kind: "bpe" (reproducible) or "wordpiece"
+    tokenizer: str = "bpe"          # lib.text.train_tokenizer kind ("bpe", "wordpiece"), or "words" (elmo-bilm)
     vocab_size: int = 8000
     lowercase: bool = False
     seq_len: int = 64               # tokens per packed sequence
@@ -131,6 +131,9 @@ class Recipe:
             raise ValueError(f"recipe {self.name}: masking must be 'token' or 'knowledge', got {self.masking!r}")
         if self.masking == "knowledge" and self.kind != "bert-mlm":
             raise ValueError(f"recipe {self.name}: knowledge masking is for bert-mlm, not {self.kind}")
+        if (self.tokenizer == "words") != (self.kind == "elmo-bilm"):
+            raise ValueError(f"recipe {self.name}: an elmo-bilm model reads words (tokenizer='words'), and only it does; "
+                             f"got kind {self.kind} with tokenizer {self.tokenizer!r}")
 
     @property
     def tokens_per_step(self) -> int:
@@ -146,6 +149,8 @@ class Recipe:
             return {**self.model, "vocab_size": vocab_size, "max_position": self.seq_len}
         if self.kind == "bart-denoise":
             return {**self.model, "vocab_size": vocab_size, "max_len": self.source_len}
+        if self.kind == "elmo-bilm":
+            return {**self.model, "vocab_size": vocab_size}
         return {**self.model, "vocab_size": vocab_size, "block_size": self.seq_len}
 
 
@@ -171,6 +176,15 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in [
            "on the NSMC crawl without any test review", corpus="nsmc",
            model=dict(d_model=256, num_heads=4, encoder_layers=2, decoder_layers=2, d_ff=1024, dropout=0.0),
            mask_prob=0.3, heldout_sequences=512),
+    # ELMo's biLM (chapter 6): words read as UTF-8 bytes by a character CNN, a forward and a backward
+    # LSTM language model over packed windows of words (each review between <S> and </S>), the softmax
+    # over the most frequent words (the rest are read, never predicted)
+    Recipe("elmo-ko", "elmo-bilm", "Korean ELMo biLM (character CNN, 2 LSTM layers of 256 cells, projection 128) "
+           "on the NSMC crawl without any test review", corpus="nsmc", tokenizer="words", vocab_size=16_000,
+           model=dict(max_chars=24, char_dim=16, filters=((1, 32), (2, 32), (3, 64), (4, 64), (5, 96), (6, 96),
+                                                         (7, 128)), highway=2, proj=128, hidden=256, lstm_layers=2,
+                      dropout=0.0),
+           seq_len=32, batch_size=64, lr=2e-3, tokens=20_000_000, heldout_sequences=512),
     # for the tests: the same code on 3,000 rows of the crawl, a model of a few thousand parameters
     Recipe("ko-bert-tiny", "bert-mlm", "test recipe: ko-bert's code at toy size", corpus="nsmc-first-3000",
            model=dict(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64), vocab_size=400,
@@ -184,6 +198,11 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in [
            model=dict(d_model=32, num_heads=2, encoder_layers=1, decoder_layers=1, d_ff=64), vocab_size=400,
            seq_len=32, batch_size=8, tokens=8 * 32 * 12, eval_every_tokens=8 * 32 * 4, log_every_tokens=8 * 32,
            heldout_every=10, heldout_sequences=16, mask_prob=0.3),
+    Recipe("elmo-ko-tiny", "elmo-bilm", "test recipe: elmo-ko's code at toy size", corpus="nsmc-first-3000",
+           tokenizer="words", vocab_size=200, model=dict(max_chars=16, char_dim=4, filters=((1, 4), (2, 4)), highway=1,
+                                                         proj=8, hidden=16, lstm_layers=1, dropout=0.0),
+           seq_len=16, batch_size=8, tokens=8 * 16 * 12, eval_every_tokens=8 * 16 * 4, log_every_tokens=8 * 16,
+           heldout_every=10, heldout_sequences=16),
     Recipe("gpt-imdb-tiny", "gpt-lm", "test recipe: gpt-imdb's code at toy size", corpus="nsmc-first-3000",
            model=dict(n_layer=2, n_head=2, n_embd=32, dropout=0.1), vocab_size=400, seq_len=32, batch_size=8,
            tokens=8 * 32 * 12, eval_every_tokens=8 * 32 * 4, log_every_tokens=8 * 32, heldout_every=10,
@@ -249,7 +268,36 @@ def _data_fingerprint(recipe: Recipe) -> dict:
                    "lowercase": recipe.lowercase, "kind": recipe.kind, "heldout_every": recipe.heldout_every}
     if recipe.masking != "token":           # (token masking needs no units: its old caches stay valid)
         fingerprint["masking"] = recipe.masking
+    if recipe.tokenizer == "words":         # the words' byte table is cut at max_chars
+        fingerprint["max_chars"] = recipe.model["max_chars"]
     return fingerprint
+
+
+def word_streams(training: list[str], heldout: list[str], vocab_size: int, max_chars: int) -> tuple[dict, Any]:
+    """ELMo's data: every review as ``<S> words </S>`` (words split at spaces), the training and held-out
+    reviews each packed into one stream of *type* ids (every distinct word read, rare or not), with
+    the tables that turn a type into the model's inputs and targets: ``type_bytes`` (its UTF-8 byte ids,
+    ``lib.models.elmo.encode_word``) and ``type_target`` (its id in the word vocabulary the softmax
+    predicts, the ``vocab_size`` most frequent training words; ``[UNK]`` for the rest). Returns the
+    streams and the vocabulary."""
+    from lib.models import elmo
+    from lib.text import WordVocab
+
+    train_words = [t.split() for t in training]
+    vocab = WordVocab.build(train_words, max_size=vocab_size)
+    types: dict[str, int] = {elmo.BOS: 0, elmo.EOS: 1}
+
+    def stream(docs: list[list[str]]) -> torch.Tensor:
+        out: list[int] = []
+        for words in docs:
+            out += [0, *(types.setdefault(w, len(types)) for w in words), 1]
+        return torch.tensor(out, dtype=torch.int32)
+
+    streams = {"train": stream(train_words), "heldout": stream([t.split() for t in heldout])}
+    names = list(types)                     # in id order
+    streams["type_bytes"] = torch.tensor([elmo.encode_word(w, max_chars) for w in names], dtype=torch.int16)
+    streams["type_target"] = torch.tensor([vocab.bos_id, vocab.eos_id, *vocab.encode(names[2:])], dtype=torch.int32)
+    return streams, vocab
 
 
 def unit_streams(docs: list[str], tok, chunk: int = 20_000, say: Callable[[str], None] = print
@@ -296,14 +344,18 @@ def prepare(recipe: Recipe, folder: Path) -> dict:
     texts, counts = fn()
     heldout = [t for i, t in enumerate(texts) if i % recipe.heldout_every == 0]
     training = [t for i, t in enumerate(texts) if i % recipe.heldout_every != 0]
-    tok = train_tokenizer(training, kind=recipe.tokenizer, vocab_size=recipe.vocab_size, lowercase=recipe.lowercase)
-    sep = tok.sep_id if recipe.kind == "bert-mlm" else tok.eos_id     # between documents
+    if recipe.tokenizer == "words":
+        streams, tok = word_streams(training, heldout, recipe.vocab_size, recipe.model["max_chars"])
+    else:
+        tok = train_tokenizer(training, kind=recipe.tokenizer, vocab_size=recipe.vocab_size,
+                              lowercase=recipe.lowercase)
+        sep = tok.sep_id if recipe.kind == "bert-mlm" else tok.eos_id     # between documents
 
-    def stream(docs: list[str]) -> torch.Tensor:
-        ids = [i for seq in tok.encode_batch(docs) for i in (*seq, sep)]
-        return torch.tensor(ids, dtype=torch.int16 if tok.vocab_size < 2 ** 15 else torch.int32)
+        def stream(docs: list[str]) -> torch.Tensor:
+            ids = [i for seq in tok.encode_batch(docs) for i in (*seq, sep)]
+            return torch.tensor(ids, dtype=torch.int16 if tok.vocab_size < 2 ** 15 else torch.int32)
 
-    streams = {"train": stream(training), "heldout": stream(heldout)}
+        streams = {"train": stream(training), "heldout": stream(heldout)}
     if recipe.masking == "knowledge":
         for part, docs in (("train", training), ("heldout", heldout)):
             for level, units in unit_streams(docs, tok).items():
@@ -438,6 +490,27 @@ class PackedDenoising(torch.utils.data.Dataset):
         return src, tgt_in, tgt_out
 
 
+class PackedWordLM(torch.utils.data.Dataset):
+    """ELMo's biLM on the packed word stream (:func:`word_streams`): ``seq_len`` words as byte ids
+    ``(seq_len, max_chars)``, their number, and their target ids in the softmax's vocabulary (``-100``
+    for a word outside it: read, never predicted). The forward LM predicts each word from those
+    before it, the backward LM from those after it (``BiLM.lm_loss``)."""
+
+    def __init__(self, stream: torch.Tensor, seq_len: int, tok, tables: dict[str, torch.Tensor]):
+        self.n = len(stream) // seq_len
+        self.windows = stream[:self.n * seq_len].long().view(self.n, seq_len)
+        self.bytes, self.target, self.unk = tables["type_bytes"], tables["type_target"], tok.unk_id
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        types = self.windows[index % self.n]
+        target = self.target[types].long()
+        return (self.bytes[types].long(), torch.tensor(len(types)),
+                target.masked_fill(target == self.unk, mlm.IGNORE_INDEX))
+
+
 def masked_logits(model, ids: torch.Tensor, chosen: torch.Tensor) -> torch.Tensor:
     """The MLM head's logits at the ``chosen`` positions only (BertForPreTraining's ``only_masked``,
     without the NSP head and the loss it would compute besides ours)."""
@@ -469,7 +542,13 @@ def denoising_step(model, batch):
     return ((per_token * real).sum(1) / real.sum(1).clamp(min=1)).mean(), {}
 
 
-STEP_FNS: dict[str, Callable] = {"bert-mlm": mlm_step, "gpt-lm": lm_step, "bart-denoise": denoising_step}
+def bilm_step(model, batch):
+    """The mean of ELMo's two language-model losses (forward and backward)."""
+    return model.lm_loss(*batch)[0], {}
+
+
+STEP_FNS: dict[str, Callable] = {"bert-mlm": mlm_step, "gpt-lm": lm_step, "bart-denoise": denoising_step,
+                                 "elmo-bilm": bilm_step}
 DATASETS = {"bert-mlm": PackedMLM, "gpt-lm": PackedLM, "bart-denoise": PackedDenoising}
 
 
@@ -478,6 +557,8 @@ def make_dataset(recipe: Recipe, streams: dict, part: str, tok, seed: int) -> to
     if recipe.masking == "knowledge":
         units = {level: streams[f"{part}_{level}"] for level in ("phrase", "entity")}
         return PackedKnowledgeMLM(streams[part], recipe.seq_len, tok, seed, recipe.mask_prob, units)
+    if recipe.kind == "elmo-bilm":
+        return PackedWordLM(streams[part], recipe.seq_len, tok, streams)
     return DATASETS[recipe.kind](streams[part], recipe.seq_len, tok, seed, recipe.mask_prob)
 
 
@@ -490,6 +571,12 @@ def heldout_loss(model, batches: list, kind: str) -> float:
     where = next(model.parameters()).device
     for batch in batches:
         x, *rest, y = (t.to(where) for t in batch)
+        if kind == "elmo-bilm":          # both directions' predictions, each weighted by its count
+            _, (loss_f, loss_b) = model.lm_loss(x, *rest, y)
+            n_f, n_b = (y[:, 1:] != mlm.IGNORE_INDEX).sum().item(), (y[:, :-1] != mlm.IGNORE_INDEX).sum().item()
+            total += loss_f.item() * n_f + loss_b.item() * n_b
+            count += n_f + n_b
+            continue
         if kind == "bert-mlm":
             logits, targets = masked_logits(model, x, y != mlm.IGNORE_INDEX), y[y != mlm.IGNORE_INDEX]
         elif kind == "bart-denoise":
@@ -528,8 +615,8 @@ def storage_dtype(losses: dict[str, float]) -> str:
 def build_training(recipe: Recipe, data_folder: Path) -> tuple:
     """From the prepared data: (tokenizer, the training loader, the fixed held-out batches, the model
     initialised from the recipe's seed)."""
-    from lib.text import SubwordTokenizer
-    tok = SubwordTokenizer.load(data_folder / "tokenizer.json")
+    from lib.text import SubwordTokenizer, WordVocab
+    tok = (WordVocab if recipe.tokenizer == "words" else SubwordTokenizer).load(data_folder / "tokenizer.json")
     streams = torch.load(data_folder / "streams.pt", weights_only=True)
     dataset = make_dataset(recipe, streams, "train", tok, recipe.seed)
     held = make_dataset(recipe, streams, "heldout", tok, recipe.seed + 1)

@@ -607,7 +607,7 @@ def attention_explorer(weights: Mapping, source_tokens: Sequence[str] | None = N
     (``lib/attention_explorer.js``; no library, no request), so it works in a notebook, in the
     executed notebook's output and on the static book page. Each call gets its own element ids,
     so several explorers can share a page; token text is inserted as text, never as HTML.
-    Explained in chapters/04_transformer_chatbot.ipynb (tested in the built page by tests/test_site.py).
+    Explained in chapters/04_transformer_chatbot.ipynb (tested in the built page by tests/site/test_site.py).
     """
     global _explorer_count
     import hashlib

@@ -11,7 +11,7 @@ cells; tools/exercises.py build writes the Korean notebook from it), checked by 
 ``locales/README.md`` explains the workflow.
 
     python tools/i18n.py update          # re-extract and merge into the catalogs (new pages get one)
-    python tools/i18n.py check           # what the test pass checks (tests/test_i18n.py), as a report
+    python tools/i18n.py check           # what the test pass checks (tests/i18n/test_i18n.py), as a report
     python tools/i18n.py build           # the Korean site into _build/html/ko (after the English build)
     python tools/i18n.py build --lang en --no-execute   # a site from the notebooks as stored (no outputs)
 

@@ -39,13 +39,16 @@ notebooks() {
 
 stage setup bash tools/setup.sh --browser || { printf '%s\n' "${STAGES[@]}"; exit 1; }
 stage lint .venv/bin/ruff check lib tools tests benchmarks chapters
-stage lib pytest_stage lib tests --ignore=tests/test_exercises.py --ignore=tests/test_site.py --ignore=tests/test_i18n.py
+# the tests are grouped by what they test, one folder a stage: tests/lib (lib/models, lib/data, lib/train
+# and the rest of lib) and tests/tools here; tests/i18n, tests/exercises and tests/site below
+stage lib pytest_stage lib tests/lib tests/tools
 # the Korean catalogs: complete, current with their pages (extracted again), the glossary's terms used
-stage i18n pytest_stage i18n tests/test_i18n.py
-stage exercises pytest_stage exercises tests/test_exercises.py
+stage i18n pytest_stage i18n tests/i18n
+stage exercises pytest_stage exercises tests/exercises
 stage notebooks notebooks
 stage book bash tools/build.sh
-COURSE_REQUIRE_SITE=1 stage site pytest_stage site tests/test_site.py
+# the built site in headless Chromium, and the book's Sphinx extensions on small projects of their own
+COURSE_REQUIRE_SITE=1 stage site pytest_stage site tests/site
 
 echo; echo "=== stage timings"
 printf '%s\n' "${STAGES[@]}"

@@ -30,7 +30,7 @@ the same fixed-shape layout the paper uses on TPUs, and the tensor that expert p
 exchanges between devices with an all-to-all.
 
 The conventions of Hugging Face's ``SwitchTransformersSparseMLP`` (checked equal in
-``tests/test_switch.py`` with weights copied by :func:`load_hf_switch`): a group is one
+``tests/lib/models/test_switch.py`` with weights copied by :func:`load_hf_switch`): a group is one
 sequence of the batch; within a group, tokens claim places in their expert's queue in
 sequence order (the first tokens win, not the most confident ones); the expert's output is
 scaled by the router probability of the chosen expert; the load-balancing loss counts each

@@ -1,6 +1,6 @@
 """Expert parallelism checked on CPU processes: :func:`launch` runs this module under
 ``torchrun --nproc_per_node=W`` (Gloo) and returns what each process computed; :func:`reference`
-computes the same with one process holding every expert. Used by tests/test_switch.py and
+computes the same with one process holding every expert. Used by tests/lib/models/test_switch.py and
 chapter 12.
 
 Every process builds the same full Switch layer (same seed), keeps the router and its own

@@ -329,7 +329,7 @@ def test_a_kernel_shows_figures_pixel_doubled_at_their_size(order):
     code = _KERNEL_FIGURE % ("from lib import viz" if before else "", "" if before else "from lib import viz")
     env = {**os.environ, "MPLBACKEND": "module://matplotlib_inline.backend_inline"}   # as ipykernel sets it
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                         cwd=Path(__file__).resolve().parents[1], env=env)
+                         cwd=Path(__file__).resolve().parents[2], env=env)
     assert out.returncode == 0, out.stderr[-2000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
     dpi = matplotlib.rcParams["figure.dpi"]

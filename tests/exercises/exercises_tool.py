@@ -12,7 +12,7 @@ NAME = "course_exercises_tool"
 def load():
     """The grader module, imported on first use."""
     if NAME not in sys.modules:
-        root = Path(__file__).resolve().parents[1]
+        root = Path(__file__).resolve().parents[2]
         spec = importlib.util.spec_from_file_location(NAME, root / "tools" / "exercises.py")
         module = importlib.util.module_from_spec(spec)
         sys.modules[NAME] = module

@@ -1,4 +1,4 @@
-"""Trains a tiny regression model with ``lib.train.fit``; run by tests/test_train_distributed.py,
+"""Trains a tiny regression model with ``lib.train.fit``; run by tests/lib/train/test_train_distributed.py,
 under ``torchrun --nproc_per_node=2`` (data-parallel) or as one process (the reference).
 
 Every rank writes ``rank<r>.pt`` with its final parameters, its history and ``device.summary()``.

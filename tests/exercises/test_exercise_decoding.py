@@ -5,7 +5,7 @@ signatures of their counterparts in ``lib.generate``, and for ``kv_step`` in the
 ``lib.models.transformer``'s self-attention cache, so that a learner's answer plugs into the
 course's decoders. These tests run the master notebook's solution code inside those decoders:
 if the exercise's contract and the course's code drift apart, they fail. (The exercise's own
-proof, solution 100 % and wrong answers below, is tests/test_exercises.py.)
+proof, solution 100 % and wrong answers below, is tests/exercises/test_exercises.py.)
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import exercises_tool
 from lib import generate as gen
 from lib.attention import look_ahead_mask, scaled_dot_product_attention
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MASTER = ROOT / "exercises" / "04_transformer_chatbot" / "decoding.ipynb"
 
 

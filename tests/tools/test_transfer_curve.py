@@ -9,7 +9,7 @@ import pytest
 
 from lib import config
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 spec = importlib.util.spec_from_file_location("transfer_curve", ROOT / "tools" / "transfer_curve.py")
 tc = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(tc)

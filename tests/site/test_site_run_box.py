@@ -11,7 +11,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CHAPTER = "03_transformer"     # a chapter with exercises, so that the box links them
 
 

@@ -5,7 +5,7 @@ Valid: the workflow matches the GitHub-workflow JSON schema that check-jsonschem
 the site is deployed to GitHub Pages only by a push to main, only after that test pass
 succeeded, with the permissions Pages needs. Each check is also run on a broken copy of the
 workflow, to show it catches what it is there for. (The manual command, tools/publish.sh, is
-tested in tests/test_site.py, against the built site.)
+tested in tests/site/test_site.py, against the built site.)
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 WORKFLOW = ROOT / ".github" / "workflows" / "book.yml"
 TEST_COMMAND = "bash tools/test.sh"
 MAIN_PUSH = "github.event_name == 'push' && github.ref == 'refs/heads/main'"

@@ -1,5 +1,5 @@
 """book/_ext/glossary_links.py without a build: which words of a page become links to the glossary.
-The built pages are checked in tests/test_site.py."""
+The built pages are checked in tests/site/test_site.py."""
 from __future__ import annotations
 
 import sys
@@ -8,7 +8,7 @@ from pathlib import Path
 from docutils import nodes
 from docutils.core import publish_doctree
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "book" / "_ext"))
 
 import glossary_links as G  # noqa: E402

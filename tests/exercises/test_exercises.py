@@ -14,7 +14,7 @@ import pytest
 
 import exercises_tool
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 E = exercises_tool.load()
 
 SET = "03_transformer/sdpa_padding"

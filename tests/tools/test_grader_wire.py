@@ -1,7 +1,7 @@
 """The grader's wire format (tools/grader/wire.py), the one definition of what crosses the sandbox
 boundary: values and messages survive a round trip unchanged, the size cap holds, and anything
 malformed is refused with a WireError that says what is wrong. (The kernel server and the grader's
-end, which both use it, are tested in tests/test_exercises.py, in-process and in a real sandbox.)"""
+end, which both use it, are tested in tests/exercises/test_exercises.py, in-process and in a real sandbox.)"""
 from __future__ import annotations
 
 import json

@@ -2,8 +2,8 @@
 
 ``COURSE_MODE=ci``   the CPU recipe: small, about two minutes a chapter on 2 cores,
                      still a real result. The default when no GPU is present.
-``COURSE_MODE=full`` the recipe that reproduces the headline numbers, meant for a GPU.
-                     The default when a GPU is present.
+``COURSE_MODE=full`` the recipe behind the recorded headline numbers (each chapter says where
+                     and at what size its recorded run was made). The default when a GPU is present.
 
 A chapter writes both recipes side by side and lets ``lib`` choose::
 

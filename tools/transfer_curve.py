@@ -298,6 +298,8 @@ def main(argv=None) -> int:
         ap.error("--snapshots-only goes with merge")
     if args.out is None:
         args.out = Path("_build/transfer_curve" if curve == "imdb-minilm" else f"_build/curve-{curve}")
+    if args.mode:              # the recipe asked for is the one device.summary and the record name
+        os.environ[config.ENV_VAR] = args.mode
     hp = recipe(args.mode, curve)
     if args.command == "bundle":
         if curve != "imdb-minilm":

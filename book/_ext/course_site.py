@@ -187,7 +187,6 @@ def _theme_words(app: Sphinx) -> None:
         return
     import gettext
 
-    from babel.messages.pofile import read_po
     from sphinx import locale
 
     class Words(gettext.NullTranslations):
@@ -206,8 +205,7 @@ def _theme_words(app: Sphinx) -> None:
         path = Path(app.srcdir) / app.config.locale_dirs[0] / language / "LC_MESSAGES" / f"{domain}.po"
         if not path.is_file():
             continue
-        with path.open("rb") as f:
-            words = {m.id: m.string for m in read_po(f) if m.id and m.string and not m.fuzzy}
+        words = {m.id: m.string for m in _i18n_tool().read_catalog(path) if m.id and m.string and not m.fuzzy}
         key = ("general", domain)
         locale.translators[key] = Words(words, locale.translators.get(key))
 

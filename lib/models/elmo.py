@@ -109,6 +109,10 @@ class ELMoConfig:
     hidden: int = 4096                                 # LSTM cells per layer
     lstm_layers: int = 2
     dropout: float = 0.1
+    # () : one softmax over every word (the paper). Otherwise an adaptive softmax (Grave et al., 2017)
+    # with these cutoffs: the most frequent words in the head, rarer ones in clusters of smaller width,
+    # still one normalised distribution over the vocabulary (word ids must run most frequent first)
+    softmax_cutoffs: tuple = ()
 
     def __post_init__(self):
         self.filters = tuple(tuple(int(v) for v in f) for f in self.filters)
@@ -123,6 +127,11 @@ class ELMoConfig:
                              f"max_chars={self.max_chars}")
         if self.proj > self.hidden:
             raise ValueError(f"ELMoConfig.proj ({self.proj}) must be <= hidden ({self.hidden}) for nn.LSTM")
+        self.softmax_cutoffs = tuple(int(c) for c in self.softmax_cutoffs)
+        if self.softmax_cutoffs and (list(self.softmax_cutoffs) != sorted(set(self.softmax_cutoffs))
+                                     or self.softmax_cutoffs[0] < 1 or self.softmax_cutoffs[-1] >= self.vocab_size):
+            raise ValueError(f"ELMoConfig.softmax_cutoffs must increase strictly within (0, vocab_size="
+                             f"{self.vocab_size}), got {self.softmax_cutoffs}")
         if not 0 <= self.dropout < 1 or self.highway < 0:
             raise ValueError(f"ELMoConfig: dropout must be in [0, 1) and highway >= 0, got {self.dropout}, {self.highway}")
 
@@ -196,7 +205,11 @@ class BiLM(nn.Module):
         self.cfg = cfg
         self.char_cnn = CharCNN(cfg)
         self.forward_lm, self.backward_lm = LSTMStack(cfg), LSTMStack(cfg)    # separate weights
-        self.softmax = nn.Linear(cfg.proj, cfg.vocab_size)                    # shared by both directions
+        if cfg.softmax_cutoffs:                                               # shared by both directions
+            self.softmax = nn.AdaptiveLogSoftmaxWithLoss(cfg.proj, cfg.vocab_size, list(cfg.softmax_cutoffs),
+                                                         div_value=4.0)
+        else:
+            self.softmax = nn.Linear(cfg.proj, cfg.vocab_size)
         self.drop = nn.Dropout(cfg.dropout)
 
     def _check(self, chars: torch.Tensor, lengths: torch.Tensor) -> None:
@@ -233,12 +246,26 @@ class BiLM(nn.Module):
         T = chars.shape[1]
         real = torch.arange(T, device=chars.device)[None, :] < lengths.to(chars.device)[:, None]
         targets = targets.masked_fill(~real, -100)
-        logits_f = self.softmax(self.drop(fwd[-1][:, :-1]))                  # predicts targets[:, 1:]
-        logits_b = self.softmax(self.drop(bwd[-1][:, 1:]))                   # predicts targets[:, :-1]
-        loss_f = F.cross_entropy(logits_f.reshape(-1, logits_f.shape[-1]), targets[:, 1:].reshape(-1), ignore_index=-100)
         back_targets = targets[:, :-1].masked_fill(~real[:, 1:], -100)      # the predicting word must be real too
-        loss_b = F.cross_entropy(logits_b.reshape(-1, logits_b.shape[-1]), back_targets.reshape(-1), ignore_index=-100)
+        loss_f = self._nll(self.drop(fwd[-1][:, :-1]), targets[:, 1:])      # predicts the next word
+        loss_b = self._nll(self.drop(bwd[-1][:, 1:]), back_targets)         # predicts the previous word
         return (loss_f + loss_b) / 2, (loss_f, loss_b)
+
+    def _nll(self, h: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Mean negative log-likelihood of ``targets`` (-100: not predicted) given the states ``h``."""
+        h, targets = h.reshape(-1, h.shape[-1]), targets.reshape(-1)
+        if isinstance(self.softmax, nn.Linear):
+            return F.cross_entropy(self.softmax(h), targets, ignore_index=-100)
+        keep = targets != -100                     # the adaptive softmax has no ignore_index
+        with torch.autocast(h.device.type, enabled=False):      # its clusters write into one float32 output
+            return self.softmax(h[keep].float(), targets[keep]).loss
+
+    def log_probs(self, h: torch.Tensor) -> torch.Tensor:
+        """``log p(word | state)`` over the whole vocabulary, ``(..., vocab_size)``, for either softmax."""
+        if isinstance(self.softmax, nn.Linear):
+            return F.log_softmax(self.softmax(h).float(), dim=-1)
+        with torch.autocast(h.device.type, enabled=False):
+            return self.softmax.log_prob(h.reshape(-1, h.shape[-1]).float()).reshape(*h.shape[:-1], -1)
 
     def num_parameters(self, exclude_embeddings: bool = False) -> int:
         return num_parameters(self, exclude=(self.char_cnn.embed, self.softmax) if exclude_embeddings else ())

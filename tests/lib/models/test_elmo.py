@@ -98,6 +98,31 @@ def test_lm_loss_targets_shift_the_right_way():
     assert torch.allclose(loss, (lf + lb) / 2)
 
 
+def test_adaptive_softmax_is_one_distribution_and_lm_loss_reads_it_with_the_same_shift():
+    torch.manual_seed(0)
+    model = BiLM(tiny(lstm_layers=1, proj=8, hidden=12, softmax_cutoffs=(10, 25))).eval()
+    assert isinstance(model.softmax, torch.nn.AdaptiveLogSoftmaxWithLoss)
+    chars, lengths = batch(B=2, T=5)
+    targets = torch.randint(0, 40, (2, 5))
+    targets[0, 2] = -100                                   # a word that is read but not predicted
+    _, (lf, lb) = model.lm_loss(chars, lengths, targets)
+    _, fwd, bwd = model._states(chars, lengths)
+    lp_f, lp_b = model.log_probs(fwd[-1]), model.log_probs(bwd[-1])
+    assert lp_f.shape == (2, 5, 40)
+    assert torch.allclose(lp_f.exp().sum(-1), torch.ones(2, 5), atol=1e-5)     # normalised over all 40 words
+    fwd_pairs = [(0, 0, 1), (0, 2, 3), (0, 3, 4), (1, 0, 1), (1, 1, 2)]        # (row, state, target) without the -100
+    bwd_pairs = [(0, 1, 0), (0, 2, 1), (0, 4, 3), (1, 1, 0), (1, 2, 1)]
+    want_f = -torch.stack([lp_f[b, t, targets[b, u]] for b, t, u in fwd_pairs]).mean()
+    want_b = -torch.stack([lp_b[b, t, targets[b, u]] for b, t, u in bwd_pairs]).mean()
+    assert torch.allclose(lf, want_f, atol=1e-5) and torch.allclose(lb, want_b, atol=1e-5)
+
+
+@pytest.mark.parametrize("cutoffs", [(0, 10), (20, 10), (10, 40), (10, 10)])
+def test_adaptive_softmax_cutoffs_are_checked(cutoffs):
+    with pytest.raises(ValueError, match="softmax_cutoffs"):
+        tiny(softmax_cutoffs=cutoffs)
+
+
 def test_scalar_mix_matches_its_definition_and_trains_s_and_gamma():
     g = torch.Generator().manual_seed(0)
     layers = [torch.randn(2, 5, 4, generator=g) for _ in range(3)]

@@ -320,7 +320,8 @@ def plot(rows, ax=None, recorded=None, names: Mapping[str, str] | None = None, t
     if chance is not None:
         ax.axhline(chance, color="grey", lw=0.8, ls=":", label="chance")
     ax.set_xscale("log")
-    ax.set(xlabel="labelled examples (log scale)", ylabel=metric or "metric")
+    shown = {r["metric"] for src, _, _ in sources for r in check_rows(src)} if metric is None else {metric}
+    ax.set(xlabel="labelled examples (log scale)", ylabel=shown.pop() if len(shown) == 1 else "metric")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     return ax
 

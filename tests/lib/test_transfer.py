@@ -153,6 +153,20 @@ def snapshot_rows(model, labels, values):
              "metric": "accuracy", "value": v} for s, v in enumerate(values)]
 
 
+def test_plot_draws_one_line_per_arm_and_names_the_metric_it_shows():
+    import matplotlib
+    matplotlib.use("Agg")
+    rows = rows_of("pretrained", 100, [0.7, 0.72]) + rows_of("pretrained", 1000, [0.8, 0.82]) + rows_of("random", 100, [0.6, 0.6])
+    ax = transfer.plot(rows, chance=None)
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    assert set(lines) == {"pretrained", "random"}
+    assert list(lines["pretrained"].get_ydata()) == pytest.approx([0.71, 0.81])
+    assert ax.get_ylabel() == "accuracy"                       # the rows' one metric, without being told
+    mixed = rows + rows_of("random", 100, [3.0], metric="bleu")
+    assert transfer.plot(mixed, chance=None).get_ylabel() == "metric"
+    assert transfer.plot(mixed, metric="bleu", chance=None).get_ylabel() == "bleu"
+
+
 def test_emergence_table_pairs_each_snapshot_with_random_weights():
     rows = (rows_of("random", 100, [0.55, 0.57, 0.53], task="nsmc")
             + snapshot_rows("bert@3M", 100, [0.56, 0.57, 0.55]) + snapshot_rows("bert", 100, [0.70, 0.68, 0.69])

@@ -132,9 +132,15 @@ def _elmo(config: Mapping[str, Any]) -> nn.Module:
     return BiLM(ELMoConfig(**config))
 
 
+def _t5(config: Mapping[str, Any]) -> nn.Module:
+    from lib.models.t5 import T5, T5Config
+    return T5(T5Config(**config))
+
+
 #: kind -> a function that builds the (untrained) model from the registered configuration.
 MODEL_KINDS: dict[str, Callable[[Mapping[str, Any]], nn.Module]] = {"bert-mlm": _bert, "gpt-lm": _gpt,
-                                                                     "bart-denoise": _bart, "elmo-bilm": _elmo}
+                                                                     "bart-denoise": _bart, "elmo-bilm": _elmo,
+                                                                     "t5-span": _t5}
 #: kinds whose tokenizer file is a word vocabulary (``lib.text.WordVocab``), not subwords
 WORD_VOCAB_KINDS = frozenset({"elmo-bilm"})
 

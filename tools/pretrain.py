@@ -66,6 +66,7 @@ from lib.train.checkpoint import read_checkpoint  # noqa: E402
 from lib.train.loaders import epoch_seed  # noqa: E402
 
 SCRATCH = REPO / ".pretrain"
+T5_SENTINELS = 32           # t5-span: <extra_id_0> is the model's last id, <extra_id_31> the 32nd from the end
 DTYPE_TOLERANCE = 1e-3      # nats: a stored dtype may change the held-out loss by at most this much
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 
@@ -89,12 +90,52 @@ def _imdb() -> tuple[list[str], dict]:
                    "same_text_as_a_test_review": len(labelled) + len(unlabelled) - len(texts), "reviews": len(texts)}
 
 
+T5_IMDB_REVIEWS = 10_000      # t5-mix: English reviews kept (about 3M tokens), so that French is not drowned
+
+
+def _t5_mix() -> tuple[list[str], dict]:
+    """Chapter 11's three languages, and never one of its test items: Korean reviews (the NSMC crawl
+    without its test side), English reviews (IMDB's training and unlabelled ones, ``T5_IMDB_REVIEWS``
+    of them), the English and the French sentences of the Tatoeba pairs whose English sentence is not
+    held out (each sentence a document of its own, so no translation pair is ever read together; a
+    French sentence that translates a held-out one is left out too), and the chatbot's questions and
+    answers whose question is not held out. A document whose text is a held-out sentence or one of its
+    translations, or a held-out question or its answer, is dropped, whatever its source. Shuffled together with a fixed seed."""
+    import random
+
+    from lib.data import load_chatbot, load_tatoeba
+    from lib.translation import is_held_out
+    korean, nsmc_counts = _nsmc()
+    english_reviews, _ = _imdb()
+    english_reviews = [english_reviews[i] for i in
+                       sorted(random.Random(0).sample(range(len(english_reviews)), T5_IMDB_REVIEWS))]
+    pairs = load_tatoeba("fra_eng")
+    held_french = {r["other"] for r in pairs if is_held_out(r["en"])}
+    kept = [r for r in pairs if not is_held_out(r["en"])]
+    english_sentences = sorted({r["en"] for r in kept})
+    french_sentences = sorted({r["other"] for r in kept} - held_french)
+    chatbot = load_chatbot()
+    chat = [t for r in chatbot if not is_held_out(r["q"]) for t in (r["q"], r["a"])]
+    held = ({r["en"] for r in pairs if is_held_out(r["en"])} | held_french
+            | {t for r in chatbot if is_held_out(r["q"]) for t in (r["q"], r["a"])})
+    everything = korean + english_reviews + english_sentences + french_sentences + chat
+    docs = [d for d in everything if d not in held]      # e.g. a review that reads "Life goes on."
+    random.Random(0).shuffle(docs)
+    return docs, {"korean_reviews": len(korean), "english_reviews": len(english_reviews),
+                  "english_sentences": len(english_sentences), "french_sentences": len(french_sentences),
+                  "chatbot_texts": len(chat), "same_text_as_a_held_out_sentence": len(everything) - len(docs),
+                  "nsmc": nsmc_counts, "documents": len(docs)}
+
+
 #: corpus name -> (function returning (documents, counts), the data files it reads)
 CORPORA: dict[str, tuple[Callable[[], tuple[list[str], dict]], tuple[tuple[str, str], ...]]] = {
     "nsmc": (_nsmc, (("nsmc_raw", "nsmc_raw_reviews.csv.gz"),)),
     "nsmc-first-3000": (lambda: _nsmc(limit=3000), (("nsmc_raw", "nsmc_raw_reviews.csv.gz"),)),
     "imdb": (_imdb, (("imdb", "imdb_train.csv.gz"), ("imdb", "imdb_test.csv.gz"),
                      ("imdb_unsup", "imdb_unsup.csv.gz"))),
+    "t5-mix": (_t5_mix, (("nsmc_raw", "nsmc_raw_reviews.csv.gz"), ("imdb", "imdb_train.csv.gz"),
+                         ("imdb", "imdb_test.csv.gz"), ("imdb_unsup", "imdb_unsup.csv.gz"),
+                         ("tatoeba_fra_eng", "fra.txt.gz"), ("chatbot_data", "ChatbotData.csv"))),
 }
 
 
@@ -104,7 +145,7 @@ CORPORA: dict[str, tuple[Callable[[], tuple[list[str], dict]], tuple[tuple[str, 
 class Recipe:
     """Everything a pretraining run depends on (besides the token budget and the snapshots)."""
     name: str
-    kind: str                       # a lib.checkpoints.MODEL_KINDS key: bert-mlm, gpt-lm, bart-denoise, elmo-bilm
+    kind: str                       # a lib.checkpoints.MODEL_KINDS key: bert-mlm, gpt-lm, bart-denoise, elmo-bilm, t5-span
     description: str
     corpus: str                     # a CORPORA key
     model: dict                     # model configuration (vocabulary size and length are added)
@@ -151,6 +192,10 @@ class Recipe:
             return {**self.model, "vocab_size": vocab_size, "max_len": self.source_len}
         if self.kind == "elmo-bilm":
             return {**self.model, "vocab_size": vocab_size}
+        if self.kind == "t5-span":              # T5's sentinels are the last ids, after the tokenizer's
+            from lib.text import SPECIAL_IDS
+            return {**self.model, "vocab_size": vocab_size + T5_SENTINELS, "pad_id": SPECIAL_IDS["pad"],
+                    "eos_id": SPECIAL_IDS["eos"], "decoder_start_id": SPECIAL_IDS["pad"]}
         return {**self.model, "vocab_size": vocab_size, "block_size": self.seq_len}
 
 
@@ -187,6 +232,14 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in [
                                                          (7, 128)), highway=2, proj=128, hidden=256, lstm_layers=2,
                       dropout=0.0, softmax_cutoffs=(2000, 6000)),
            seq_len=32, batch_size=64, lr=2e-3, tokens=12_000_000, heldout_sequences=512),
+    # T5's span corruption (15 % of the tokens in spans of mean length 3, each span one sentinel) on
+    # packed 128-token stretches of chapter 11's three languages (t5-mix), the size of chapter 11's
+    # full-recipe model: the chapter fine-tunes it on translation, sentiment and chat (chapter 11)
+    Recipe("t5-mix", "t5-span", "T5 (2 + 2 layers x 128) with span corruption on Korean and English reviews, "
+           "English and French Tatoeba sentences and the chatbot's texts, never a test item of chapter 11",
+           corpus="t5-mix", model=dict(d_model=128, d_kv=32, d_ff=512, num_heads=4, num_layers=2, dropout=0.0),
+           lowercase=True, seq_len=128, batch_size=64, lr=2e-3, tokens=40_000_000, heldout_sequences=512,
+           mask_prob=0.15),
     # for the tests: the same code on 3,000 rows of the crawl, a model of a few thousand parameters
     Recipe("ko-bert-tiny", "bert-mlm", "test recipe: ko-bert's code at toy size", corpus="nsmc-first-3000",
            model=dict(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64), vocab_size=400,
@@ -206,6 +259,10 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in [
                                                          softmax_cutoffs=(40,)),
            seq_len=16, batch_size=8, tokens=8 * 16 * 12, eval_every_tokens=8 * 16 * 4, log_every_tokens=8 * 16,
            heldout_every=10, heldout_sequences=16),
+    Recipe("t5-mix-tiny", "t5-span", "test recipe: t5-mix's code at toy size", corpus="nsmc-first-3000",
+           model=dict(d_model=16, d_kv=8, d_ff=32, num_heads=2, num_layers=1, dropout=0.0), vocab_size=400,
+           lowercase=True, seq_len=32, batch_size=8, tokens=8 * 32 * 12, eval_every_tokens=8 * 32 * 4,
+           log_every_tokens=8 * 32, heldout_every=10, heldout_sequences=16, mask_prob=0.15),
     Recipe("gpt-imdb-tiny", "gpt-lm", "test recipe: gpt-imdb's code at toy size", corpus="nsmc-first-3000",
            model=dict(n_layer=2, n_head=2, n_embd=32, dropout=0.1), vocab_size=400, seq_len=32, batch_size=8,
            tokens=8 * 32 * 12, eval_every_tokens=8 * 32 * 4, log_every_tokens=8 * 32, heldout_every=10,
@@ -493,6 +550,33 @@ class PackedDenoising(torch.utils.data.Dataset):
         return src, tgt_in, tgt_out
 
 
+class PackedSpanCorruption(torch.utils.data.Dataset):
+    """T5's span corruption on ``seq_len`` tokens of the stream (``lib.data.span_corruption``): ``mask_prob``
+    of them dropped in spans of mean length 3, each span replaced by one sentinel in the input and
+    written after it in the target, both ending with ``[EOS]``. The sentinels are the ids after the
+    tokenizer's (``T5_SENTINELS`` of them). Every stretch has the same length, so every input and every
+    target too. The noise is drawn from the example's index, as in :class:`PackedMLM`."""
+
+    def __init__(self, stream: torch.Tensor, seq_len: int, tok, seed: int, mask_prob: float):
+        from lib.data.span_corruption import noise_counts
+        n = len(stream) // seq_len
+        self.chunks = stream[:n * seq_len].long().view(n, seq_len)
+        self.tok, self.seed, self.mask_prob = tok, seed, mask_prob
+        self.sentinels = [tok.vocab_size + T5_SENTINELS - 1 - i for i in range(T5_SENTINELS)]
+        if noise_counts(seq_len, mask_prob)[1] + 1 > T5_SENTINELS:
+            raise ValueError(f"seq_len {seq_len} at mask_prob {mask_prob} needs more than {T5_SENTINELS} sentinels")
+
+    def __len__(self) -> int:
+        return len(self.chunks)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        from lib.data.span_corruption import span_corrupt
+        g = torch.Generator().manual_seed(epoch_seed(self.seed, index))
+        inputs, targets = span_corrupt(self.chunks[index % len(self.chunks)].tolist(), self.sentinels,
+                                       self.tok.eos_id, noise_density=self.mask_prob, generator=g)
+        return torch.tensor(inputs), torch.tensor(targets)
+
+
 class PackedWordLM(torch.utils.data.Dataset):
     """ELMo's biLM on the packed word stream (:func:`word_streams`): ``seq_len`` words as byte ids
     ``(seq_len, max_chars)``, their number, and their target ids in the softmax's vocabulary (``-100``
@@ -545,14 +629,21 @@ def denoising_step(model, batch):
     return ((per_token * real).sum(1) / real.sum(1).clamp(min=1)).mean(), {}
 
 
+def span_step(model, batch):
+    """T5's cross-entropy on the target (sentinels and the dropped spans), teacher-forced."""
+    src, labels = batch
+    return model(src, labels=labels)[1], {}
+
+
 def bilm_step(model, batch):
     """The mean of ELMo's two language-model losses (forward and backward)."""
     return model.lm_loss(*batch)[0], {}
 
 
 STEP_FNS: dict[str, Callable] = {"bert-mlm": mlm_step, "gpt-lm": lm_step, "bart-denoise": denoising_step,
-                                 "elmo-bilm": bilm_step}
-DATASETS = {"bert-mlm": PackedMLM, "gpt-lm": PackedLM, "bart-denoise": PackedDenoising}
+                                 "elmo-bilm": bilm_step, "t5-span": span_step}
+DATASETS = {"bert-mlm": PackedMLM, "gpt-lm": PackedLM, "bart-denoise": PackedDenoising,
+            "t5-span": PackedSpanCorruption}
 
 
 def make_dataset(recipe: Recipe, streams: dict, part: str, tok, seed: int) -> torch.utils.data.Dataset:
@@ -582,6 +673,8 @@ def heldout_loss(model, batches: list, kind: str) -> float:
             continue
         if kind == "bert-mlm":
             logits, targets = masked_logits(model, x, y != mlm.IGNORE_INDEX), y[y != mlm.IGNORE_INDEX]
+        elif kind == "t5-span":
+            logits, targets = model(x, labels=y)[0].flatten(0, 1), y.flatten()
         elif kind == "bart-denoise":
             logits, targets = model(x, *rest)[y != mlm.IGNORE_INDEX], y[y != mlm.IGNORE_INDEX]
         else:

@@ -216,6 +216,48 @@ def test_the_elmo_recipe_reads_words_as_bytes_and_predicts_the_vocabulary_s_word
     assert card["tokenizer"]["kind"] == "words"
 
 
+def test_the_t5_recipe_corrupts_spans_with_the_last_ids_as_sentinels_and_loads_as_a_t5(data_mirror, tmp_path):
+    from lib.models.t5 import T5
+    result = pretrain.main(["t5-mix-tiny", "--out", str(tmp_path / "out"), "--scratch", str(tmp_path / "s")])
+    ckpt = checkpoints.load("t5-mix-tiny", root=tmp_path / "out")
+    recipe, tok = pretrain.RECIPES["t5-mix-tiny"], ckpt.tokenizer
+    assert isinstance(ckpt.model, T5) and ckpt.model.cfg.vocab_size == tok.vocab_size + pretrain.T5_SENTINELS
+    assert (ckpt.model.cfg.pad_id, ckpt.model.cfg.eos_id) == (tok.pad_id, tok.eos_id)
+    stream = torch.load(tmp_path / "s" / "t5-mix-tiny" / "data" / "streams.pt", weights_only=True)["train"]
+    data = pretrain.PackedSpanCorruption(stream, recipe.seq_len, tok, 0, recipe.mask_prob)
+    first_sentinel = ckpt.model.cfg.vocab_size - 1                        # <extra_id_0>: the very last id
+    for index in range(20):
+        src, tgt = data[index]
+        stretch = stream[index * recipe.seq_len:(index + 1) * recipe.seq_len].tolist()
+        assert src[-1] == tgt[-1] == tok.eos_id and src.shape == data[0][0].shape and tgt.shape == data[0][1].shape
+        # putting each span back at its sentinel gives the stretch again
+        spans, current = {}, None
+        for t in tgt[:-1].tolist():
+            if t >= tok.vocab_size:
+                current = t
+                spans[t] = []
+            else:
+                spans[current].append(t)
+        rebuilt = [u for t in src[:-1].tolist() for u in (spans[t] if t >= tok.vocab_size else [t])]
+        assert rebuilt == stretch
+        assert tgt[0] == first_sentinel and sum(map(len, spans.values())) == round(0.15 * recipe.seq_len)
+    assert not torch.equal(data[3][0], data[3 + len(data)][0])            # new noise each epoch
+    assert_the_card_reports_the_stored_weights(ckpt, result, "t5-span")
+
+
+def test_the_t5_corpus_never_holds_a_test_item_of_chapter_11(data_mirror):
+    from lib.data import load_chatbot, load_tatoeba
+    from lib.translation import is_held_out
+    docs, counts = pretrain._t5_mix()
+    assert counts["documents"] == len(docs) and counts["french_sentences"] > 10_000
+    docs = set(docs)
+    pairs = load_tatoeba("fra_eng")
+    assert not any(r["en"] in docs or r["other"] in docs for r in pairs if is_held_out(r["en"]))
+    assert sum(r["other"] in docs for r in pairs[:2000]) > 1000                 # the French side is there
+    assert not any(r["q"] in docs or r["a"] in docs for r in load_chatbot() if is_held_out(r["q"]))
+    assert counts["chatbot_texts"] > 15_000
+
+
 def test_a_snapshot_missed_by_an_interruption_is_written_on_resume(data_mirror, tmp_path, monkeypatch):
     def killed(*args):
         raise KeyboardInterrupt

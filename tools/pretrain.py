@@ -971,7 +971,7 @@ def write_output(run: Run, result: dict, say: Callable[[str], None] = print) -> 
                                  f"{recipe.min_lr_ratio:g} x lr", "weight_decay": recipe.weight_decay,
                      "wall_seconds": round(clock["seconds"], 1), "prepare_seconds": meta["seconds"],
                      "invocations": clock["invocations"],
-                     "device": clock["invocations"][-1]["device"], "precision": device.precision(run.dev).name,
+                     "device": clock["invocations"][-1]["device"], "precision": device.precision(run.dev, model).name,
                      "recipe": dataclasses.asdict(recipe)},
         "heldout": {"loss": losses["float32"], "by_stored_dtype": losses, "stored_dtype": dtype,
                     "tolerance_nats": DTYPE_TOLERANCE, "curve": curve},

@@ -320,6 +320,11 @@ def plot(rows, ax=None, recorded=None, names: Mapping[str, str] | None = None, t
     if chance is not None:
         ax.axhline(chance, color="grey", lw=0.8, ls=":", label="chance")
     ax.set_xscale("log")
+    from matplotlib.ticker import FixedLocator, NullLocator
+    sizes = sorted({r["labels"] for src, _, _ in sources for r in check_rows(src)})
+    ax.xaxis.set_major_locator(FixedLocator(sizes))           # a tick at each size measured, written out
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xticklabels([f"{n:,}" for n in sizes])
     shown = {r["metric"] for src, _, _ in sources for r in check_rows(src)} if metric is None else {metric}
     ax.set(xlabel="labelled examples (log scale)", ylabel=shown.pop() if len(shown) == 1 else "metric")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)

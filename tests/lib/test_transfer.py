@@ -162,6 +162,7 @@ def test_plot_draws_one_line_per_arm_and_names_the_metric_it_shows():
     assert set(lines) == {"pretrained", "random"}
     assert list(lines["pretrained"].get_ydata()) == pytest.approx([0.71, 0.81])
     assert ax.get_ylabel() == "accuracy"                       # the rows' one metric, without being told
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["100", "1,000"]   # the sizes measured, no others
     mixed = rows + rows_of("random", 100, [3.0], metric="bleu")
     assert transfer.plot(mixed, chance=None).get_ylabel() == "metric"
     assert transfer.plot(mixed, metric="bleu", chance=None).get_ylabel() == "bleu"

@@ -296,9 +296,10 @@ def plot(rows, ax=None, recorded=None, names: Mapping[str, str] | None = None, t
     names = dict(names or {})
     ax = ax or plt.subplots(figsize=(7, 4))[1]
     sources = [(recorded, "--", "recorded"), (rows, "-", "this run")] if recorded else [(rows, "-", None)]
+    sources = [(check_rows(src), style, label) for src, style, label in sources]     # checked once
     inits = list(order or [])
     for src, _, _ in sources:
-        for r in check_rows(src):
+        for r in src:
             if r["init"] not in inits:
                 inits.append(r["init"])
     colours = {init: f"C{i}" for i, init in enumerate(inits)}
@@ -321,11 +322,11 @@ def plot(rows, ax=None, recorded=None, names: Mapping[str, str] | None = None, t
         ax.axhline(chance, color="grey", lw=0.8, ls=":", label="chance")
     ax.set_xscale("log")
     from matplotlib.ticker import FixedLocator, NullLocator
-    sizes = sorted({r["labels"] for src, _, _ in sources for r in check_rows(src)})
+    sizes = sorted({r["labels"] for src, _, _ in sources for r in src})
     ax.xaxis.set_major_locator(FixedLocator(sizes))           # a tick at each size measured, written out
     ax.xaxis.set_minor_locator(NullLocator())
     ax.set_xticklabels([f"{n:,}" for n in sizes])
-    shown = {r["metric"] for src, _, _ in sources for r in check_rows(src)} if metric is None else {metric}
+    shown = {r["metric"] for src, _, _ in sources for r in src} if metric is None else {metric}
     ax.set(xlabel="labelled examples (log scale)", ylabel=shown.pop() if len(shown) == 1 else "metric")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     return ax

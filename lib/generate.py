@@ -94,7 +94,7 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-from lib.validate import check_bool, check_float, check_int, check_tensor
+from lib.validate import check_bool, check_float, check_int, check_tensor, check_token_ids
 
 __all__ = ["Generation", "greedy", "beam_search", "sample", "generate", "top_k_filter", "top_p_filter",
            "length_penalty", "apply_repetition_penalty", "block_repeated_ngrams", "reorder_cache",
@@ -120,9 +120,9 @@ class Generation:
 # ----------------------------------------------------------------------------- checks
 
 def _check_tokens(name: str, x: Any) -> None:
-    check_tensor(name, x, dtype=(torch.long, torch.int32), dim=2, what="(batch, length) token ids")
-    if x.shape[0] == 0 or x.shape[1] == 0:
-        raise ValueError(f"{name} must not be empty, got shape {tuple(x.shape)}")
+    check_token_ids(name, x)
+    if x.shape[0] == 0:
+        raise ValueError(f"{name} must hold at least one sequence, got shape {tuple(x.shape)}")
 
 
 def is_decoder_only(model: Any) -> bool:

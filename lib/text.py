@@ -44,11 +44,11 @@ from pathlib import Path
 import torch
 
 from lib.io import atomic_write
-from lib.validate import check_choice, check_int
+from lib.validate import check_choice, check_id_list, check_int
 
 __all__ = [
     "SPECIAL_TOKENS", "SPECIAL_IDS", "train_tokenizer", "SubwordTokenizer", "WordVocab",
-    "simple_tokenize", "pad_batch", "pad_sequences", "collate_pairs",
+    "simple_tokenize", "pad_batch", "pad_sequences", "collate_pairs", "unigram_nats",
 ]
 
 SPECIAL_TOKENS: dict[str, str] = {
@@ -69,32 +69,6 @@ def _check_text(name: str, text) -> str:
     if not isinstance(text, str):
         raise TypeError(f"{name} must be a str, got {type(text).__name__}")
     return text
-
-
-def _check_ids(name: str, ids) -> list[int]:
-    """A 1-D sequence of ints (list, tuple, 1-D tensor or array) -> list[int]."""
-    if isinstance(ids, torch.Tensor):
-        if ids.dim() != 1:
-            raise ValueError(f"{name} must be 1-D, got a tensor of shape {tuple(ids.shape)}")
-        if ids.is_floating_point():
-            raise TypeError(f"{name} must hold integer ids, got dtype {ids.dtype}")
-        return [int(i) for i in ids.tolist()]
-    if hasattr(ids, "ndim") and hasattr(ids, "tolist"):  # numpy array
-        if ids.ndim != 1:
-            raise ValueError(f"{name} must be 1-D, got an array of shape {tuple(ids.shape)}")
-        ids = ids.tolist()
-    if isinstance(ids, (str, bytes)) or not isinstance(ids, Iterable):
-        raise TypeError(f"{name} must be a sequence of int ids, got {type(ids).__name__}")
-    out = []
-    for i in ids:
-        if isinstance(i, bool) or not isinstance(i, int):
-            # numpy / torch integer scalars
-            if hasattr(i, "__index__") and not isinstance(i, bool):
-                i = int(i.__index__())
-            else:
-                raise TypeError(f"{name} must contain ints, found {i!r} ({type(i).__name__})")
-        out.append(i)
-    return out
 
 
 class _SpecialIds:
@@ -237,7 +211,7 @@ class SubwordTokenizer(_SpecialIds):
         return self.hf.token_to_id(_check_text("token", token))
 
     def id_to_token(self, i: int) -> str:
-        (i,) = _check_ids("id", [i])
+        (i,) = check_id_list("id", [i])
         self._check_range([i])
         return self.hf.id_to_token(i)
 
@@ -274,7 +248,7 @@ class SubwordTokenizer(_SpecialIds):
 
         Ids after the first ``[EOS]`` are kept; cut them yourself if you generate past it.
         """
-        ids = _check_ids("ids", ids)
+        ids = check_id_list("ids", ids)
         self._check_range(ids)
         if skip_special:
             ids = [i for i in ids if i >= len(SPECIAL_TOKENS)]
@@ -427,7 +401,7 @@ class WordVocab(_SpecialIds):
         """Tokens of ``ids``; ``skip_special`` drops [PAD], [BOS], [EOS], [CLS], [SEP], [MASK]
         (``[UNK]`` is kept: it stands for a real word). ``join=True`` returns one
         space-separated string."""
-        ids = _check_ids("ids", ids)
+        ids = check_id_list("ids", ids)
         n = len(self.itos)
         bad = [i for i in ids if not 0 <= i < n]
         if bad:
@@ -446,6 +420,32 @@ class WordVocab(_SpecialIds):
         return cls(_read_json(path, _WORD_FORMAT, "vocabulary", "WordVocab.save")["itos"])
 
 
+# ----------------------------------------------------------------------------- a baseline
+
+def unigram_nats(train_ids, test_ids, vocab_size: int, never: Iterable[int] = ()) -> float:
+    """Mean cross-entropy (nats per token) of ``test_ids`` under the add-one smoothed frequencies of
+    ``train_ids`` over a vocabulary of ``vocab_size`` ids: the baseline a language model must beat
+    (its ``exp`` is the unigram perplexity). Ids in ``never`` (e.g. ``[UNK]``, which a model is not
+    asked to predict) get no probability and are left out of the test tokens."""
+    check_int("vocab_size", vocab_size, 1)
+    train = check_id_list("train_ids", train_ids)
+    test = check_id_list("test_ids", test_ids)
+    never = set(check_id_list("never", list(never)))
+    for name, ids in (("train_ids", train), ("test_ids", test), ("never", never)):
+        bad = [i for i in ids if not 0 <= i < vocab_size]
+        if bad:
+            raise ValueError(f"{name} holds ids outside [0, {vocab_size}): {sorted(set(bad))[:5]}")
+    if len(never) >= vocab_size:
+        raise ValueError(f"never leaves no id of the vocabulary of {vocab_size} to predict")
+    test = [i for i in test if i not in never]
+    if not test:
+        raise ValueError("test_ids has no token outside never: there is nothing to score")
+    counts = torch.bincount(torch.tensor(train, dtype=torch.long), minlength=vocab_size).double() + 1
+    counts[list(never)] = 0
+    log_p = (counts / counts.sum()).log()
+    return -log_p[torch.tensor(test)].mean().item()
+
+
 # ----------------------------------------------------------------------------- padding
 
 def _as_id_lists(name: str, seqs) -> list[list[int]]:
@@ -456,7 +456,7 @@ def _as_id_lists(name: str, seqs) -> list[list[int]]:
         return seqs.tolist()
     if isinstance(seqs, (str, bytes)) or not isinstance(seqs, Iterable):
         raise TypeError(f"{name} must be a list of id sequences, got {type(seqs).__name__}")
-    return [_check_ids(f"{name}[{i}]", s) for i, s in enumerate(seqs)]
+    return [check_id_list(f"{name}[{i}]", s) for i, s in enumerate(seqs)]
 
 
 def pad_batch(seqs, pad_id: int = 0, max_len: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -550,8 +550,8 @@ def collate_pairs(pad_id: int = 0, bos_id: int = SPECIAL_IDS["bos"], eos_id: int
         for i, pair in enumerate(batch):
             if not isinstance(pair, (tuple, list)) or len(pair) != 2:
                 raise ValueError(f"collate_pairs: batch[{i}] must be a (src_ids, tgt_ids) pair, got {pair!r:.80}")
-            srcs.append(_check_ids(f"batch[{i}][0] (src)", pair[0]))
-            tgt = _check_ids(f"batch[{i}][1] (tgt)", pair[1])
+            srcs.append(check_id_list(f"batch[{i}][0] (src)", pair[0]))
+            tgt = check_id_list(f"batch[{i}][1] (tgt)", pair[1])
             if max_tgt_len is not None:
                 tgt = tgt[:max_tgt_len - 1]
             tgts.append(tgt)

@@ -19,6 +19,8 @@ of the right type outside its range raises ``ValueError``.
 ``check_choice``       one of a fixed set of values
 ``check_callable``     something callable
 ``check_tensor``       a ``torch.Tensor`` of a dtype kind, number of dims and shape
+``check_token_ids``    a ``(batch, time)`` tensor of token ids, in the vocabulary's range
+``check_id_list``      one sequence of ids (list, tuple, 1-D tensor or array) -> ``list[int]``
 =====================  ===========================================================
 """
 from __future__ import annotations
@@ -30,7 +32,7 @@ from typing import Any, Iterable, Sequence
 import torch
 
 __all__ = ["check_int", "check_float", "check_probability", "check_bool", "check_choice",
-           "check_callable", "check_tensor"]
+           "check_callable", "check_tensor", "check_token_ids", "check_id_list"]
 
 
 def _none_ok(allow_none: bool) -> str:
@@ -152,3 +154,48 @@ def check_tensor(name: str, x: Any, *, dtype: str | torch.dtype | Sequence[torch
     if min_dim is not None and x.dim() < min_dim:
         raise ValueError(f"{name} must have at least {min_dim} dimensions, got shape {tuple(x.shape)}")
     return x
+
+
+def check_token_ids(name: str, x: Any, vocab_size: int | None = None, *, shape: Sequence[int] | None = None,
+                    allow_empty: bool = False) -> torch.Tensor:
+    """A ``(batch, time)`` integer tensor of token ids; returns it. Every model's inputs go through it.
+
+    vocab_size   the ids must lie in ``[0, vocab_size)``. Checked on CPU tensors only: on a GPU,
+                 reading the range back would stall every step (the embedding asserts there).
+    shape        the exact shape (e.g. that of ``input_ids`` for ``token_type_ids``).
+    allow_empty  accept a sequence of no positions (``time = 0``).
+    """
+    check_tensor(name, x, dtype="int", shape=shape, dim=None if shape is not None else 2,
+                 what="(batch, time) token ids")
+    if not allow_empty and x.shape[1] == 0:
+        raise ValueError(f"{name} must hold at least one position, got shape {tuple(x.shape)}")
+    if vocab_size is not None and x.numel() and not x.is_cuda:
+        low, high = int(x.min()), int(x.max())
+        if low < 0 or high >= vocab_size:
+            raise ValueError(f"{name} must be ids in [0, {vocab_size}), got {low}..{high}")
+    return x
+
+
+def check_id_list(name: str, ids: Any, minimum: int | None = None) -> list[int]:
+    """One sequence of token ids (a list, tuple, 1-D tensor or numpy array of ints) as ``list[int]``;
+    ``minimum``: the smallest id allowed (e.g. 0)."""
+    if isinstance(ids, torch.Tensor):
+        if ids.dim() != 1:
+            raise ValueError(f"{name} must be 1-D, got a tensor of shape {tuple(ids.shape)}")
+        if ids.is_floating_point():
+            raise TypeError(f"{name} must hold integer ids, got dtype {ids.dtype}")
+        ids = ids.tolist()
+    elif hasattr(ids, "ndim") and hasattr(ids, "tolist"):  # numpy array
+        if ids.ndim != 1:
+            raise ValueError(f"{name} must be 1-D, got an array of shape {tuple(ids.shape)}")
+        ids = ids.tolist()
+    if isinstance(ids, (str, bytes)) or not isinstance(ids, Iterable):
+        raise TypeError(f"{name} must be a sequence of int ids, got {type(ids).__name__}")
+    return [check_int(f"{name}[{i}]", _as_index(t), minimum) for i, t in enumerate(ids)]
+
+
+def _as_index(value: Any) -> Any:
+    # a 0-d integer tensor (an element of a list of tensors) as an int; anything else unchanged
+    if isinstance(value, torch.Tensor) and value.dim() == 0 and not value.is_floating_point():
+        return int(value)
+    return value

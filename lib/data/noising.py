@@ -37,7 +37,7 @@ from typing import Sequence
 
 import numpy as np
 
-from lib.validate import check_float, check_int, check_probability
+from lib.validate import check_float, check_id_list, check_int, check_probability
 
 __all__ = ["token_masking", "token_deletion", "sample_spans", "text_infilling", "sentence_permutation",
            "document_rotation", "denoising_pair"]
@@ -50,15 +50,9 @@ def _check_rng(rng) -> np.random.Generator:
     return rng
 
 
-def _check_ids(name: str, ids) -> list[int]:
-    if isinstance(ids, (str, bytes)) or not isinstance(ids, Sequence):
-        raise TypeError(f"{name} must be a list of token ids, got {type(ids).__name__}")
-    return [check_int(f"{name}[{i}]", t, 0) for i, t in enumerate(ids)]
-
-
 def token_masking(ids: Sequence[int], mask_id: int, rng: np.random.Generator, p: float = 0.15) -> list[int]:
     """Each token becomes ``mask_id`` with probability ``p`` (independently); same length."""
-    ids = _check_ids("ids", ids)
+    ids = check_id_list("ids", ids, 0)
     mask_id = check_int("mask_id", mask_id, 0)
     p = check_probability("p", p)
     chosen = _check_rng(rng).random(len(ids)) < p
@@ -67,7 +61,7 @@ def token_masking(ids: Sequence[int], mask_id: int, rng: np.random.Generator, p:
 
 def token_deletion(ids: Sequence[int], rng: np.random.Generator, p: float = 0.15) -> list[int]:
     """Each token is deleted with probability ``p`` (independently); the rest keep their order."""
-    ids = _check_ids("ids", ids)
+    ids = check_id_list("ids", ids, 0)
     p = check_probability("p", p)
     dropped = _check_rng(rng).random(len(ids)) < p
     return [t for t, d in zip(ids, dropped) if not d]
@@ -106,7 +100,7 @@ def sample_spans(n: int, rng: np.random.Generator, mask_ratio: float = 0.3,
 def text_infilling(ids: Sequence[int], mask_id: int, rng: np.random.Generator, mask_ratio: float = 0.3,
                    poisson_lambda: float = 3.0) -> list[int]:
     """Replace each span of :func:`sample_spans` by a single ``mask_id`` (0-length: insert one)."""
-    ids = _check_ids("ids", ids)
+    ids = check_id_list("ids", ids, 0)
     mask_id = check_int("mask_id", mask_id, 0)
     out, pos = [], 0
     for start, length in sample_spans(len(ids), rng, mask_ratio, poisson_lambda):
@@ -121,13 +115,13 @@ def sentence_permutation(sentences: Sequence[Sequence[int]], rng: np.random.Gene
     """The sentences (lists of ids) in a uniformly random order."""
     if isinstance(sentences, (str, bytes)) or not isinstance(sentences, Sequence):
         raise TypeError(f"sentences must be a list of sentences (lists of ids), got {type(sentences).__name__}")
-    sentences = [_check_ids(f"sentences[{i}]", s) for i, s in enumerate(sentences)]
+    sentences = [check_id_list(f"sentences[{i}]", s, 0) for i, s in enumerate(sentences)]
     return [sentences[i] for i in _check_rng(rng).permutation(len(sentences))]
 
 
 def document_rotation(ids: Sequence[int], rng: np.random.Generator) -> tuple[list[int], int]:
     """``(ids[start:] + ids[:start], start)`` with ``start`` uniform over the positions."""
-    ids = _check_ids("ids", ids)
+    ids = check_id_list("ids", ids, 0)
     if not ids:
         return [], 0
     start = int(_check_rng(rng).integers(len(ids)))
@@ -139,6 +133,6 @@ def denoising_pair(sentences: Sequence[Sequence[int]], mask_id: int, rng: np.ran
                    permute: bool = True) -> tuple[list[int], list[int]]:
     """``(text_infilling(concat(sentence_permutation(sentences))), concat(sentences))``."""
     order = sentence_permutation(sentences, rng) if permute else \
-        [_check_ids(f"sentences[{i}]", s) for i, s in enumerate(sentences)]
+        [check_id_list(f"sentences[{i}]", s, 0) for i, s in enumerate(sentences)]
     original = [t for s in sentences for t in s]
     return text_infilling([t for s in order for t in s], mask_id, rng, mask_ratio, poisson_lambda), original

@@ -46,12 +46,12 @@ import torch.nn.functional as F
 from lib.attention import MultiHeadAttention
 from lib.layers import ACTIVATIONS, PositionwiseFeedForward, ResidualBlock, num_parameters as _count
 from lib.models.reference import Source, as_state_dict, copy_weights
-from lib.validate import check_int, check_probability
+from lib.validate import check_int, check_probability, check_token_ids
 
 __all__ = ["BertConfig", "BertEmbeddings", "BertLayer", "BertEncoder", "BertPooler", "BertModel",
            "BertOutput", "BertMLMHead", "BertForPreTraining", "PreTrainingOutput", "pretraining_output",
            "BertForSequenceClassification", "PUBLISHED", "hf_bert_table", "load_hf_bert",
-           "normalise_attention_mask", "check_ids", "check_inputs", "init_bert_weights", "mean_pool"]
+           "normalise_attention_mask", "check_inputs", "init_bert_weights", "mean_pool"]
 
 
 @dataclass
@@ -149,31 +149,18 @@ def normalise_attention_mask(attention_mask: torch.Tensor | None, shape: tuple[i
     return attention_mask != 0
 
 
-def check_ids(name: str, ids: torch.Tensor, upper: int, shape: tuple[int, ...] | None = None) -> None:
-    if not isinstance(ids, torch.Tensor):
-        raise TypeError(f"{name} must be a LongTensor (batch, time), got {type(ids).__name__}")
-    if ids.dim() != 2 or ids.dtype != torch.long:
-        raise ValueError(f"{name} must be a LongTensor (batch, time), got dtype {ids.dtype}, shape {tuple(ids.shape)}")
-    if shape is not None and tuple(ids.shape) != tuple(shape):
-        raise ValueError(f"{name} must have the shape of input_ids {tuple(shape)}, got {tuple(ids.shape)}")
-    if ids.numel() and not ids.is_cuda and (int(ids.min()) < 0 or int(ids.max()) >= upper):
-        raise ValueError(f"{name} must be in [0, {upper}), got {int(ids.min())}..{int(ids.max())}")
-
-
 def check_inputs(cfg: BertConfig, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None,
                  attention_mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Check a batch against ``cfg`` -> ``(token_type_ids, zeros when None; attention_mask as bool or None)``."""
-    check_ids("input_ids", input_ids, cfg.vocab_size)
+    check_token_ids("input_ids", input_ids, cfg.vocab_size)
     B, T = input_ids.shape
-    if T == 0:
-        raise ValueError("input_ids must hold at least one position, got time = 0")
     if T > cfg.max_position:
         raise ValueError(f"sequence length {T} exceeds max_position={cfg.max_position} "
                          "(the model has no position embedding for it)")
     if token_type_ids is None:
         token_type_ids = torch.zeros_like(input_ids)
     else:
-        check_ids("token_type_ids", token_type_ids, cfg.type_vocab_size, (B, T))
+        check_token_ids("token_type_ids", token_type_ids, cfg.type_vocab_size, shape=(B, T))
     return token_type_ids, normalise_attention_mask(attention_mask, (B, T))
 
 

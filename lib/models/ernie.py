@@ -39,10 +39,10 @@ import torch.nn as nn
 
 from lib.layers import num_parameters as _count
 from lib.models.bert import (BertConfig, BertEncoder, BertMLMHead, BertOutput, BertPooler, PreTrainingOutput,
-                             check_ids, check_inputs, hf_bert_table, init_bert_weights, mean_pool,
+                             check_inputs, hf_bert_table, init_bert_weights, mean_pool,
                              pretraining_output)
 from lib.models.reference import Source, as_state_dict, copy_weights
-from lib.validate import check_bool, check_int
+from lib.validate import check_bool, check_int, check_token_ids
 
 __all__ = ["ErnieConfig", "ErnieEmbeddings", "ErnieModel", "ErnieForPreTraining",
            "ErnieForSequenceClassification", "hf_ernie_table", "load_hf_ernie"]
@@ -127,7 +127,7 @@ class ErnieModel(nn.Module):
             if not self.cfg.use_task_id:
                 raise ValueError("task_type_ids were given but the model has no task embedding "
                                  "(ErnieConfig(use_task_id=True) adds one)")
-            check_ids("task_type_ids", task_type_ids, self.cfg.task_type_vocab_size, tuple(input_ids.shape))
+            check_token_ids("task_type_ids", task_type_ids, self.cfg.task_type_vocab_size, shape=tuple(input_ids.shape))
         mask = None if keep is None else keep[:, None, None, :]       # (B, 1, 1, T): hide padding keys
         x = self.embeddings(input_ids, token_type_ids, task_type_ids)
         last, states, maps = self.encoder(x, mask, output_hidden_states, output_attentions)

@@ -56,6 +56,7 @@ from lib import kv_cache
 from lib.attention import MultiHeadAttention, look_ahead_mask
 from lib.kv_cache import KVCache
 from lib.models.reference import Source, as_state_dict, copy_weights, split, transpose
+from lib.validate import check_token_ids
 
 __all__ = ["GPTConfig", "MLP", "Block", "GPT", "GPTClassifier", "PUBLISHED",
            "hf_gpt2_table", "hf_openai_gpt_table", "load_hf_gpt"]
@@ -192,20 +193,10 @@ class GPT(nn.Module):
     # -- the forward pass --------------------------------------------------------------
 
     def _check_tokens(self, idx: torch.Tensor, past: int = 0) -> None:
-        if not isinstance(idx, torch.Tensor):
-            raise TypeError(f"tokens must be a LongTensor (batch, time), got {type(idx).__name__}")
-        if idx.dim() != 2 or idx.dtype != torch.long:
-            raise ValueError(f"tokens must be a LongTensor (batch, time), got dtype {idx.dtype}, "
-                             f"shape {tuple(idx.shape)}")
-        if idx.shape[1] == 0:
-            raise ValueError("tokens must hold at least one position, got time = 0")
+        check_token_ids("tokens", idx, self.cfg.vocab_size)
         if past + idx.shape[1] > self.cfg.block_size:
             raise ValueError(f"positions {past}..{past + idx.shape[1] - 1} exceed block_size="
                              f"{self.cfg.block_size} (the model has no embedding for them)")
-        # (not on a GPU: reading the range back would stall every step; the embedding asserts there)
-        if not idx.is_cuda and (int(idx.min()) < 0 or int(idx.max()) >= self.cfg.vocab_size):
-            raise ValueError(f"token ids must be in [0, {self.cfg.vocab_size}), got "
-                             f"{int(idx.min())}..{int(idx.max())}")
 
     def hidden_states(self, idx: torch.Tensor, attention_mask: torch.Tensor | None = None,
                       cache: KVCache | None = None, fused: bool = True) -> torch.Tensor:

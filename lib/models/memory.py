@@ -42,7 +42,7 @@ import torch.nn.functional as F
 
 from lib.attention import MultiHeadAttention, look_ahead_mask
 from lib.layers import PositionwiseFeedForward, layer_norm, num_parameters
-from lib.validate import check_int, check_probability
+from lib.validate import check_int, check_probability, check_token_ids
 
 __all__ = ["AdaptiveSpanMask", "CausalSelfAttention", "CharLMConfig", "CharLM", "ProductKeyMemory"]
 
@@ -204,8 +204,7 @@ class CharLM(nn.Module):
             nn.init.zeros_(module.bias)
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
-        if idx.dim() != 2:
-            raise ValueError(f"idx must be (batch, time) token ids, got shape {tuple(idx.shape)}")
+        check_token_ids("idx", idx, self.cfg.vocab_size)
         B, T = idx.shape
         if T > self.cfg.block_size:
             raise ValueError(f"sequence length {T} exceeds block_size={self.cfg.block_size}")

@@ -41,7 +41,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from lib.attention import DotAttention, padding_mask
 from lib.layers import num_parameters
-from lib.validate import check_choice, check_int, check_probability, check_tensor
+from lib.validate import check_choice, check_int, check_probability, check_tensor, check_token_ids
 from lib.text import collate_pairs
 
 __all__ = ["Seq2SeqConfig", "Encoder", "FixedContextDecoder", "LuongDecoder", "Memory",
@@ -89,7 +89,7 @@ def _top_hidden(state) -> torch.Tensor:
 # ----------------------------------------------------------------------------- checks
 
 def _check_ids(name: str, x, batch: int | None = None) -> None:
-    check_tensor(name, x, dtype=(torch.int64, torch.int32), dim=2, what="(batch, time) token ids")
+    check_token_ids(name, x, allow_empty=True)
     if batch is not None and x.shape[0] != batch:
         raise ValueError(f"{name} has batch size {x.shape[0]}, but src has {batch}")
 

@@ -58,7 +58,7 @@ from lib.attention import look_ahead_mask, merge_heads, split_heads
 from lib.kv_cache import KVCache
 from lib.layers import num_parameters
 from lib.models.reference import Source, as_state_dict, copy_weights
-from lib.validate import check_bool, check_choice, check_int, check_tensor
+from lib.validate import check_bool, check_choice, check_int, check_tensor, check_token_ids
 
 __all__ = ["T5Config", "PUBLISHED", "RMSNorm", "relative_position_bucket", "T5Attention", "FeedForward",
            "EncoderLayer", "DecoderLayer", "Stack", "T5", "hf_t5_table", "load_hf_t5",
@@ -359,17 +359,10 @@ class T5(nn.Module):
         the shared embedding and the output layer."""
         return num_parameters(self, (self.shared, self.lm_head) if exclude_embeddings else ())
 
-    def _check_tokens(self, name: str, x) -> None:
-        check_tensor(name, x, dtype="int", dim=2, what="(batch, time) token ids")
-        if x.shape[1] == 0:
-            raise ValueError(f"{name} must hold at least one position, got shape {tuple(x.shape)}")
-        if not x.is_cuda and (int(x.min()) < 0 or int(x.max()) >= self.cfg.vocab_size):
-            raise ValueError(f"{name} ids must be in [0, {self.cfg.vocab_size}), got {int(x.min())}..{int(x.max())}")
-
     def encode(self, src: torch.Tensor, src_key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         """``src (B, S)`` ids -> encoder output ``(B, S, d_model)``; the padding mask (True at
         real tokens) defaults to ``src != pad_id``."""
-        self._check_tokens("src", src)
+        check_token_ids("src", src, self.cfg.vocab_size)
         if src_key_padding_mask is None:
             src_key_padding_mask = src != self.cfg.pad_id
         check_tensor("src_key_padding_mask", src_key_padding_mask, dtype="bool", shape=tuple(src.shape))
@@ -378,7 +371,7 @@ class T5(nn.Module):
     def decode(self, tgt: torch.Tensor, memory: torch.Tensor, memory_key_padding_mask: torch.Tensor | None = None,
                cache: KVCache | None = None) -> tuple[torch.Tensor, KVCache]:
         """``tgt (B, T)`` (the new tokens when a cache is given) -> ``(logits (B, T, V), cache)``."""
-        self._check_tokens("tgt", tgt)
+        check_token_ids("tgt", tgt, self.cfg.vocab_size)
         check_tensor("memory", memory, dtype="float", dim=3, what="(batch, S, d_model) encoder output")
         if memory.shape[0] != tgt.shape[0] or memory.shape[2] != self.cfg.d_model:
             raise ValueError(f"memory must be (batch={tgt.shape[0]}, S, d_model={self.cfg.d_model}), "

@@ -65,6 +65,7 @@ from lib.attention import MultiHeadAttention, combine_masks, look_ahead_mask
 from lib.kv_cache import KVCache
 from lib.layers import PositionalEncoding, PositionwiseFeedForward, ResidualBlock, layer_norm, num_parameters
 from lib.models.reference import Source, copy_weights, split
+from lib.validate import check_token_ids
 
 __all__ = ["TransformerConfig", "TeacherForcing", "EncoderLayer", "DecoderLayer", "Encoder", "Decoder",
            "TransformerCore", "Transformer", "copy_from_torch_mha", "copy_from_torch_transformer"]
@@ -319,15 +320,8 @@ class Transformer(TeacherForcing, nn.Module):
     def decoder(self) -> Decoder:
         return self.core.decoder
 
-    def _check_tokens(self, name: str, x: torch.Tensor) -> None:
-        if not isinstance(x, torch.Tensor) or x.dtype not in (torch.long, torch.int32, torch.int64):
-            raise TypeError(f"{name} must be an integer (long) tensor of token ids, got "
-                            f"{x.dtype if isinstance(x, torch.Tensor) else type(x).__name__}")
-        if x.dim() != 2:
-            raise ValueError(f"{name} must be (batch, time), got shape {tuple(x.shape)}")
-
     def encode(self, src: torch.Tensor, src_key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
-        self._check_tokens("src", src)
+        check_token_ids("src", src, self.cfg.src_vocab_size, allow_empty=True)
         if src_key_padding_mask is None:
             src_key_padding_mask = src != self.cfg.pad_id
         x = self.src_pos(self.src_embed(src) * math.sqrt(self.cfg.d_model))
@@ -336,7 +330,7 @@ class Transformer(TeacherForcing, nn.Module):
     def decode(self, tgt: torch.Tensor, memory: torch.Tensor,
                memory_key_padding_mask: torch.Tensor | None = None, cache: KVCache | None = None,
                tgt_key_padding_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, KVCache]:
-        self._check_tokens("tgt", tgt)
+        check_token_ids("tgt", tgt, self.cfg.tgt_vocab_size, allow_empty=True)
         if memory.dim() != 3 or memory.shape[0] != tgt.shape[0] or memory.shape[-1] != self.cfg.d_model:
             raise ValueError(f"memory must be (batch={tgt.shape[0]}, S, d_model={self.cfg.d_model}), "
                              f"got {tuple(memory.shape)}")

@@ -60,7 +60,7 @@ import torch.nn.functional as F
 from lib.attention import look_ahead_mask, masked_softmax, split_heads
 from lib.layers import ACTIVATIONS, num_parameters
 from lib.models.reference import Source, as_state_dict, copy_weights
-from lib.validate import check_int, check_tensor
+from lib.validate import check_int, check_tensor, check_token_ids
 
 __all__ = ["relative_distances", "relative_sinusoid", "rel_shift", "RelativeMultiHeadAttention",
            "RelativeLayer", "update_memory", "TransformerXLConfig", "TransformerXL",
@@ -282,11 +282,7 @@ class TransformerXL(nn.Module):
         return num_parameters(self, exclude=[self.word_embedding, self.lm_head] if exclude_embeddings else ())
 
     def _check(self, idx: torch.Tensor, mems) -> int:
-        check_tensor("idx", idx, dtype=torch.long, dim=2, what="(batch, time)")
-        if idx.shape[1] == 0:
-            raise ValueError("idx must hold at least one position, got time = 0")
-        if not idx.is_cuda and (int(idx.min()) < 0 or int(idx.max()) >= self.cfg.vocab_size):
-            raise ValueError(f"token ids must be in [0, {self.cfg.vocab_size}), got {int(idx.min())}..{int(idx.max())}")
+        check_token_ids("idx", idx, self.cfg.vocab_size)
         if mems is None:
             return 0
         if len(mems) != len(self.layers):

@@ -49,7 +49,7 @@ from lib.layers import num_parameters
 from lib.models.reference import Source, as_state_dict, copy_weights
 from lib.models.transformer_xl import (RelativeLayer, TransformerXLConfig, init_weights, layer_table,
                                        relative_distances, relative_sinusoid, update_memory)
-from lib.validate import check_int, check_tensor
+from lib.validate import check_int, check_tensor, check_token_ids
 
 __all__ = ["permutation_masks", "partial_targets", "XLNetConfig", "XLNetOutput", "XLNet", "hf_xlnet_table",
            "load_hf_xlnet"]
@@ -124,7 +124,7 @@ class XLNet(nn.Module):
         """``idx (B, T)``; ``perm (T,)`` or ``(B, T)`` a factorisation order (None: every position
         sees every other, no query stream - fine-tuning); ``mems`` one ``(B, M, D)`` per layer
         (every position may attend to all of it); ``token_type_ids (B, T)`` segment ids."""
-        check_tensor("idx", idx, dtype=torch.long, dim=2, what="(batch, time)")
+        check_token_ids("idx", idx, self.cfg.vocab_size)
         B, T = idx.shape
         M = 0 if mems is None else mems[0].shape[1]
         if mems is not None and len(mems) != len(self.layers):

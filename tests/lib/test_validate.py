@@ -115,3 +115,46 @@ def test_check_tensor_shapes():
         V.check_tensor("x", x, shape=(None, 4))
     with pytest.raises(ValueError, match=r"lengths must have shape \(batch,\)=\(2,\), got \(1, 2\)"):
         V.check_tensor("lengths", torch.zeros(1, 2), shape=(2,), what="(batch,)")
+
+
+def test_check_token_ids_accepts_and_returns():
+    x = torch.tensor([[0, 4, 2]])
+    assert V.check_token_ids("ids", x, 5) is x
+    assert V.check_token_ids("ids", x.int(), 5) is not None              # int32 ids too
+    assert V.check_token_ids("ids", torch.zeros(2, 0, dtype=torch.long), 5, allow_empty=True).shape == (2, 0)
+    assert V.check_token_ids("types", torch.zeros(1, 3, dtype=torch.long), 2, shape=(1, 3)) is not None
+
+
+@pytest.mark.parametrize("x, kwargs, exc, match", [
+    ([[1, 2]], {}, TypeError, "ids must be a torch.Tensor, got list"),
+    (torch.zeros(1, 3), {}, TypeError, "ids must be an integer tensor, got dtype torch.float32"),
+    (torch.zeros(3, dtype=torch.long), {}, ValueError, r"ids must be \(batch, time\) token ids, got shape \(3,\)"),
+    (torch.zeros(2, 0, dtype=torch.long), {}, ValueError, r"ids must hold at least one position, got shape \(2, 0\)"),
+    (torch.tensor([[0, 5]]), {"vocab_size": 5}, ValueError, r"ids must be ids in \[0, 5\), got 0\.\.5"),
+    (torch.tensor([[-1, 2]]), {"vocab_size": 5}, ValueError, r"in \[0, 5\), got -1\.\.2"),
+    (torch.zeros(1, 3, dtype=torch.long), {"shape": (1, 4)}, ValueError, r"must have shape .*\(1, 4\), got \(1, 3\)"),
+])
+def test_check_token_ids_rejects(x, kwargs, exc, match):
+    with pytest.raises(exc, match=match):
+        V.check_token_ids("ids", x, **kwargs)
+
+
+def test_check_id_list_takes_lists_tensors_and_arrays():
+    assert V.check_id_list("ids", [3, np.int64(4)]) == [3, 4]
+    assert V.check_id_list("ids", torch.tensor([1, 2])) == [1, 2]
+    assert V.check_id_list("ids", np.array([5, 6])) == [5, 6]
+    assert V.check_id_list("ids", [torch.tensor(7)]) == [7]            # 0-d integer tensors
+    assert V.check_id_list("ids", (i for i in [0, 1]), minimum=0) == [0, 1]
+
+
+@pytest.mark.parametrize("ids, minimum, exc, match", [
+    ("abc", None, TypeError, "ids must be a sequence of int ids, got str"),
+    (torch.tensor([[1, 2]]), None, ValueError, r"ids must be 1-D, got a tensor of shape \(1, 2\)"),
+    (np.zeros((2, 2), dtype=int), None, ValueError, "must be 1-D, got an array"),
+    (torch.tensor([1.0]), None, TypeError, "must hold integer ids, got dtype torch.float32"),
+    ([1, 2.0], None, TypeError, r"ids\[1\] must be an int, got float"),
+    ([0, -1], 0, ValueError, r"ids\[1\] must be >= 0, got -1"),
+])
+def test_check_id_list_rejects(ids, minimum, exc, match):
+    with pytest.raises(exc, match=match):
+        V.check_id_list("ids", ids, minimum)

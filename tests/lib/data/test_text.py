@@ -231,7 +231,7 @@ def test_encode_decode_validate(bpe):
         bpe.decode(torch.tensor([1.0, 2.0]))
     with pytest.raises(ValueError, match="must be 1-D"):
         bpe.decode(torch.tensor([[8, 9]]))
-    with pytest.raises(TypeError, match="must contain ints"):
+    with pytest.raises(TypeError, match=r"ids\[1\] must be an int, got str"):
         bpe.decode([8, "9"])
 
 
@@ -431,3 +431,29 @@ def test_bpe_gives_the_same_vocabulary_and_ids_in_every_process():
     runs = {subprocess.run([sys.executable, "-c", _TRAIN_IN_A_FRESH_PROCESS, "bpe"], capture_output=True,
                            text=True, check=True).stdout.strip() for _ in range(2)}
     assert len(runs) == 1, "BPE training gave different vocabularies in two processes"
+
+
+def test_unigram_nats_is_the_add_one_cross_entropy():
+    # id 2 counted three times, id 3 once, in a vocabulary of 5: add one to every count
+    train, test = [2, 2, 2, 3], [2, 3, 4]
+    counts = torch.tensor([1.0, 1, 4, 2, 1])
+    expected = -(counts / counts.sum()).log()[torch.tensor(test)].mean().item()
+    assert T.unigram_nats(train, test, 5) == pytest.approx(expected)
+    # a never-predicted id gets no mass and is not scored: the other ids share its count
+    kept = torch.tensor([1.0, 0, 4, 2, 1])
+    expected_never = -(kept / kept.sum()).log()[torch.tensor([2, 3, 4])].mean().item()
+    assert T.unigram_nats(train + [1], test + [1], 5, never=[1]) == pytest.approx(expected_never)
+    # uniform when nothing was counted: log V
+    assert T.unigram_nats([], [0, 1], 7) == pytest.approx(np.log(7))
+
+
+@pytest.mark.parametrize("args, match", [
+    (([0, 9], [0], 5), r"train_ids holds ids outside \[0, 5\): \[9\]"),
+    (([0], [-1], 5), r"test_ids holds ids outside"),
+    (([0], [1], 2, [0, 1]), "never leaves no id"),
+    (([0], [1], 3, [1]), "nothing to score"),
+    (([0], [1], 0), "vocab_size"),
+])
+def test_unigram_nats_rejects_bad_ids(args, match):
+    with pytest.raises(ValueError, match=match):
+        T.unigram_nats(*args)

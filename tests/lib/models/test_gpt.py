@@ -178,9 +178,9 @@ def test_bad_input_is_rejected_with_a_message():
     m = GPT(GPTConfig(**SMALL))
     with pytest.raises(ValueError, match="block_size"):
         m(torch.zeros(1, SMALL["block_size"] + 1, dtype=torch.long))
-    with pytest.raises(ValueError, match="LongTensor"):
+    with pytest.raises(TypeError, match="tokens must be an integer tensor"):
         m(torch.zeros(1, 3))
-    with pytest.raises(ValueError, match=r"token ids must be in \[0, 53\)"):
+    with pytest.raises(ValueError, match=r"tokens must be ids in \[0, 53\)"):
         m(torch.full((1, 3), 53))
     _, cache = m.decode(torch.zeros(1, SMALL["block_size"] - 1, dtype=torch.long))
     with pytest.raises(ValueError, match="exceed block_size"):

@@ -211,7 +211,7 @@ def test_wrong_inputs_raise_clear_errors():
     src, src_len, tgt_in, tgt_out = S.collate(PAIRS, model.cfg)
     with pytest.raises(ValueError, match=r"src must be \(batch, time\)"):
         model(src[0], src_len[:1], tgt_in[:1])
-    with pytest.raises(TypeError, match="src must have dtype torch.int64 or torch.int32"):
+    with pytest.raises(TypeError, match="src must be an integer tensor, got dtype torch.float32"):
         model(src.float(), src_len, tgt_in)
     with pytest.raises(TypeError, match="src must be a torch.Tensor"):
         model(src.tolist(), src_len, tgt_in)

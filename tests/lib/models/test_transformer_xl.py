@@ -194,7 +194,7 @@ def test_equals_hf_xlnet_uni_over_segments_with_memory():
 
 def test_bad_inputs_say_what_is_wrong():
     model = _model(mem_len=2)
-    with pytest.raises(ValueError, match="token ids"):
+    with pytest.raises(ValueError, match=r"idx must be ids in \[0, "):
         model(torch.tensor([[0, 99]]))
     with pytest.raises(ValueError, match="one tensor per layer"):
         model(torch.tensor([[0, 1]]), mems=[torch.zeros(1, 2, SMALL["d_model"])])

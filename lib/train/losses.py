@@ -1,0 +1,28 @@
+"""Per-sequence losses for scoring, shared by the chapters that compare models item by item.
+
+A comparison paired over test items needs each item's own loss, not the batch mean that training
+uses. :func:`sequence_nats` gives, for every sequence of a batch, the nats of its target tokens and
+how many there are; summed over a test set they give the mean loss (``nats.sum() / counts.sum()``),
+and each item's ``nats / counts.mean()`` averages to that same loss (``lib.transfer.item_verdict``
+pairs them).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["sequence_nats"]
+
+
+def sequence_nats(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int = -100
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(nats, counts)``, each of shape ``(B,)`` in float64: the summed cross-entropy of each
+    sequence's target tokens under ``logits`` ``(B, T, V)`` (computed in float32 whatever their
+    dtype) and the number of its targets that are not ``ignore_index``."""
+    if logits.dim() != 3 or targets.dim() != 2 or logits.shape[:2] != targets.shape:
+        raise ValueError(f"logits must be (B, T, V) and targets (B, T) with the same B and T, got "
+                         f"{tuple(logits.shape)} and {tuple(targets.shape)}")
+    if targets.is_floating_point():
+        raise TypeError(f"targets must hold integer ids, got {targets.dtype}")
+    per_token = F.cross_entropy(logits.transpose(1, 2).float(), targets, ignore_index=ignore_index, reduction="none")
+    return per_token.sum(1).double(), (targets != ignore_index).sum(1).double()

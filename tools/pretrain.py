@@ -992,6 +992,12 @@ def write_output(run: Run, result: dict, say: Callable[[str], None] = print) -> 
     return card
 
 
+def counts_text(counts: dict) -> str:
+    """A corpus's counts in words: ``documents 5,410, nsmc (rows 712,404, ...)``, nested ones in brackets."""
+    return ", ".join(f"{k.replace('_', ' ')} ({counts_text(v)})" if isinstance(v, dict) else f"{k.replace('_', ' ')} {v:,}"
+                     for k, v in counts.items())
+
+
 def card_markdown(card: dict) -> str:
     t, h, d = card["training"], card["heldout"], card["data"]
     files = ", ".join(f"`{x['dataset']}/{x['file']}` (sha256 `{x['sha256'][:12]}…`)" for x in d["datasets"])
@@ -1000,7 +1006,7 @@ def card_markdown(card: dict) -> str:
              f"- **Data**: {files}; corpus `{d['corpus']}`: {d['documents']:,} documents (sha256 of the text "
              f"`{d['corpus_sha256'][:12]}…`), {d['train_tokens']:,} training tokens, every "
              f"{t['recipe']['heldout_every']}th document held out ({d['heldout_tokens']:,} tokens). Counts: "
-             + ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in d["counts"].items()) + ".",
+             + counts_text(d["counts"]) + ".",
              f"- **Tokenizer**: {card['tokenizer']['kind']}, {card['tokenizer']['vocab_size']:,} entries "
              f"(`tokenizer.json`, shipped with the weights).",
              f"- **Training**: {t['tokens_seen']:,} tokens ({d['passes']:g} passes), {t['steps']:,} steps of "

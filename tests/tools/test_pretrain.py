@@ -346,3 +346,10 @@ def test_the_card_names_the_code_each_invocation_started_from():
     assert pretrain.code_version([one, {**one, "uncommitted_changes": None}]) == one
     two = pretrain.code_version([one, {"commit": "bbb2222", "uncommitted_changes": True}])
     assert two == {"commit": "aaa1111", "uncommitted_changes": True, "commits": ["aaa1111", "bbb2222"]}
+
+
+def test_card_counts_are_written_out_also_when_nested():
+    # the t5-mix corpus nests the NSMC counts in its own: the card's Markdown must still read them
+    from tools.pretrain import counts_text
+    text = counts_text({"documents": 1234, "nsmc": {"rows": 712404, "test_side_reviews": 5}, "english_reviews": 10})
+    assert text == "documents 1,234, nsmc (rows 712,404, test side reviews 5), english reviews 10"

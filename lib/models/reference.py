@@ -22,6 +22,10 @@ that the "used once" check still catches a key that was simply named twice by mi
 Keys that are the same tensor on one side (tied weights) are listed in ``tied`` and
 skipped on that side.
 
+Before a comparison, :func:`randomise` redraws a reference's weights: at the references' own
+initialisation (standard deviation 0.02, norm scales exactly 1, biases 0) a swapped weight, a
+forgotten norm scale or the wrong activation changes the outputs too little to be seen.
+
 This file is only the mechanism. Each model file owns its name table and one loader that knows
 its tied and ignored keys, ``load_hf_<model>(ours, theirs)``: ``lib.models.gpt.load_hf_gpt``,
 ``bert.load_hf_bert``, ``albert.load_hf_albert``, ``ernie.load_hf_ernie``, ``bart.load_hf_bart``,
@@ -39,7 +43,7 @@ from typing import Callable, Iterable, Mapping
 import torch
 from torch import nn
 
-__all__ = ["Source", "copy_weights", "split", "transpose", "WeightCopyError", "as_state_dict"]
+__all__ = ["Source", "copy_weights", "split", "transpose", "WeightCopyError", "as_state_dict", "randomise"]
 
 
 class WeightCopyError(ValueError):
@@ -166,3 +170,27 @@ def copy_weights(ours: nn.Module, theirs: nn.Module | Mapping[str, torch.Tensor]
                 raise WeightCopyError(f"{k} is in our state dict but is not a parameter or buffer")
             target.copy_(value.to(dtype=target.dtype, device=target.device))
     return ours
+
+
+def randomise(model: nn.Module, std: float = 0.3, seed: int = 3, norm_scales_at_one: bool = True,
+              only: str | None = None) -> nn.Module:
+    """Redraw ``model``'s parameters for a comparison with ours, in place (returns ``model``).
+
+    Each becomes ``std * N(0, 1)`` from a generator seeded with ``seed``, in the order of
+    ``named_parameters()``; the scale (``weight``) of every normalisation layer (a module whose class
+    name has "Norm" in it: ``LayerNorm``, ``T5LayerNorm``, our ``RMSNorm``) gets 1 added, unless
+    ``norm_scales_at_one=False``. With ``only`` (a regular expression), only the parameters whose names
+    it finds are redrawn. A weight of standard deviation 0.3 puts GELU's and tanh's inputs in their
+    non-linear range and makes every norm scale and bias count, so that a mistake shows."""
+    import re
+
+    scales = {f"{prefix}.weight" if prefix else "weight" for prefix, module in model.named_modules()
+              if "Norm" in type(module).__name__ and isinstance(getattr(module, "weight", None), nn.Parameter)}
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if only is not None and not re.search(only, name):
+                continue
+            shift = 1.0 if norm_scales_at_one and name in scales else 0.0
+            p.copy_(torch.randn(p.shape, generator=g) * std + shift)
+    return model

@@ -5,6 +5,7 @@ import torch
 from lib.layers import count_parameters
 from lib.models.albert import PUBLISHED, AlbertConfig, AlbertForPreTraining, AlbertModel, load_hf_albert
 from lib.models.bert import BertConfig, BertModel
+from lib.models.reference import randomise
 
 transformers = pytest.importorskip("transformers")
 
@@ -20,16 +21,6 @@ def _hf_config(**extra):
         hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, classifier_dropout_prob=0.0, pad_token_id=0, **extra)
 
 
-def _randomise(model, seed=3):
-    """std 0.3 weights so that the tanh-GELU and the LayerNorms matter in the comparison."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * 0.3 + (1.0 if "LayerNorm.weight" in name
-                                                                or "layer_norm.weight" in name else 0.0))
-    return model
-
-
 def _inputs():
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(1, SMALL["vocab_size"], (3, 11), generator=g)
@@ -41,7 +32,7 @@ def _inputs():
 
 def test_pretraining_outputs_equal_hugging_face():
     torch.manual_seed(0)
-    hf = _randomise(transformers.AlbertForPreTraining(_hf_config())).eval()
+    hf = randomise(transformers.AlbertForPreTraining(_hf_config())).eval()
     ours = load_hf_albert(AlbertForPreTraining(AlbertConfig(**SMALL, dropout=0.0, attention_dropout=0.0)), hf).eval()
     ids, types, mask = _inputs()
     with torch.no_grad():
@@ -55,7 +46,7 @@ def test_pretraining_outputs_equal_hugging_face():
 
 def test_model_equals_hugging_face_and_layers_really_share():
     torch.manual_seed(1)
-    hf = _randomise(transformers.AlbertModel(_hf_config()), seed=4).eval()
+    hf = randomise(transformers.AlbertModel(_hf_config()), seed=4).eval()
     ours = load_hf_albert(AlbertModel(AlbertConfig(**SMALL, dropout=0.0, attention_dropout=0.0)), hf).eval()
     ids, types, mask = _inputs()
     with torch.no_grad():

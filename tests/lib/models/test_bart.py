@@ -5,7 +5,7 @@ import torch
 from lib import generate
 from lib.models import bart
 from lib.models.bart import Bart, BartClassifier, BartConfig, hf_bart_table, load_hf_bart
-from lib.models.reference import WeightCopyError
+from lib.models.reference import WeightCopyError, randomise
 
 transformers = pytest.importorskip("transformers")
 
@@ -21,11 +21,7 @@ def _pair(seed=0):
         decoder_attention_heads=SMALL["num_heads"], encoder_ffn_dim=SMALL["d_ff"], decoder_ffn_dim=SMALL["d_ff"],
         max_position_embeddings=SMALL["max_len"], dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
         pad_token_id=0, bos_token_id=BOS, eos_token_id=EOS, decoder_start_token_id=BOS)).eval()
-    g = torch.Generator().manual_seed(seed + 1)
-    with torch.no_grad():   # std 0.3 instead of 0.02 so that GELU and the LayerNorms really matter
-        for name, p in hf.named_parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * 0.3 + (1.0 if name.endswith("norm.weight")
-                                                                or name.endswith("embedding.weight") else 0.0))
+    randomise(hf, seed=seed + 1)
     ours = Bart(BartConfig(**SMALL, dropout=0.0)).eval()
     load_hf_bart(ours, hf)
     return ours, hf

@@ -4,7 +4,7 @@ import torch
 
 from lib.models.bert import (PUBLISHED, BertConfig, BertForPreTraining, BertForSequenceClassification,
                              BertModel, load_hf_bert)
-from lib.models.reference import WeightCopyError
+from lib.models.reference import WeightCopyError, randomise
 
 transformers = pytest.importorskip("transformers")
 
@@ -19,20 +19,10 @@ def _hf_config(**kw):
         **kw)
 
 
-def _randomise(hf):
-    """Weights of std 0.3 (biases and LayerNorm gains too) instead of the reference's 0.02 and
-    (1, 0), so that a wrong activation, norm or layout shows in the outputs."""
-    g = torch.Generator().manual_seed(3)
-    with torch.no_grad():
-        for name, p in hf.named_parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * 0.3 + (1.0 if "LayerNorm.weight" in name else 0.0))
-    return hf
-
-
 def _pair(pretraining=True, attn="sdpa"):
     torch.manual_seed(1)
     cls = transformers.BertForPreTraining if pretraining else transformers.BertModel
-    hf = _randomise(cls(_hf_config(attn_implementation=attn))).eval()
+    hf = randomise(cls(_hf_config(attn_implementation=attn))).eval()
     ours = (BertForPreTraining if pretraining else BertModel)(BertConfig(**SMALL, dropout=0.0,
                                                                          attention_dropout=0.0)).eval()
     load_hf_bert(ours, hf)

@@ -260,6 +260,7 @@ def test_encode_dialogue_roles_follow_turns(tokenizer):
 # ----------------------------------------------------------------------------- the model
 
 from lib.models import ernie as E  # noqa: E402
+from lib.models.reference import randomise
 
 TINY = dict(vocab_size=97, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64, max_position=40)
 
@@ -274,10 +275,7 @@ def hf_pair(pretraining: bool, use_task_id: bool = True, seed: int = 0):
     torch.manual_seed(seed)
     cls = transformers.ErnieForPreTraining if pretraining else transformers.ErnieModel
     theirs = cls(hf_cfg).eval()
-    with torch.no_grad():                          # non-trivial LayerNorms and biases, so a swap shows
-        for name, p in theirs.named_parameters():
-            if "LayerNorm" in name or name.endswith("bias"):
-                p.add_(0.1 * torch.randn_like(p))
+    randomise(theirs, seed=seed, only=r"LayerNorm|bias$")     # non-trivial LayerNorms and biases, so a swap shows
     cfg = E.ErnieConfig.from_hf(hf_cfg)
     assert cfg.use_task_id == use_task_id and cfg.dropout == 0.0
     ours = (E.ErnieForPreTraining(cfg) if pretraining else E.ErnieModel(cfg)).eval()

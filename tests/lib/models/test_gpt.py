@@ -5,6 +5,7 @@ import torch
 from lib.kv_cache import KVCache
 from lib.layers import count_parameters
 from lib.models.gpt import GPT, PUBLISHED, GPTClassifier, GPTConfig, load_hf_gpt
+from lib.models.reference import randomise
 
 transformers = pytest.importorskip("transformers")
 
@@ -21,23 +22,13 @@ def _tokens_and_mask(seed=0):
     return x, mask
 
 
-def _randomise(hf):
-    """Weights of std 0.3 instead of the reference's 0.02, so that the activations reach the
-    non-linear part of GELU and a wrong activation or layout shows in the logits."""
-    g = torch.Generator().manual_seed(3)
-    with torch.no_grad():
-        for p in hf.parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * 0.3 + (1.0 if p.dim() == 1 and p.shape[0] == SMALL["n_embd"] else 0.0))
-    return hf
-
-
 def _gpt2_pair():
     torch.manual_seed(1)
     hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(
         vocab_size=SMALL["vocab_size"], n_positions=SMALL["block_size"], n_embd=SMALL["n_embd"],
         n_layer=SMALL["n_layer"], n_head=SMALL["n_head"], resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
         bos_token_id=0, eos_token_id=0)).eval()
-    _randomise(hf)
+    randomise(hf)
     cfg = GPTConfig(**SMALL)
     ours = GPT(cfg).eval()
     load_hf_gpt(ours, hf)
@@ -50,7 +41,7 @@ def _gpt1_pair():
         vocab_size=SMALL["vocab_size"], n_positions=SMALL["block_size"], n_embd=SMALL["n_embd"],
         n_layer=SMALL["n_layer"], n_head=SMALL["n_head"], resid_pdrop=0.0, embd_pdrop=0.0,
         attn_pdrop=0.0)).eval()
-    _randomise(hf)
+    randomise(hf)
     cfg = GPTConfig(**SMALL, norm_first=False)
     ours = GPT(cfg).eval()
     load_hf_gpt(ours, hf)

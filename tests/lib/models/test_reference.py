@@ -69,3 +69,25 @@ def test_unknown_reference_key_is_reported():
     t = table() | {"b": "nope"}
     with pytest.raises(WeightCopyError, match="'nope', which the reference does not have"):
         copy_weights(Split(), Fused(), t, ignore_theirs=["mask"], tied_theirs=["bias"])
+
+
+def test_randomise_draws_weights_around_zero_and_norm_scales_around_one():
+    from lib.models.reference import randomise
+
+    def model():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.LayerNorm(64))
+
+    m = randomise(model(), std=0.3, seed=5)
+    w, gain, bias = m[0].weight, m[1].weight, m[1].bias
+    assert abs(w.mean().item()) < 0.02 and abs(w.std().item() - 0.3) < 0.02
+    assert abs(gain.mean().item() - 1.0) < 0.15 and gain.std().item() > 0.2     # the norm scale: around 1
+    assert abs(bias.mean().item()) < 0.15 and bias.std().item() > 0.2           # its bias: around 0
+    again = randomise(model(), std=0.3, seed=5)
+    assert all(torch.equal(a, b) for a, b in zip(m.parameters(), again.parameters()))
+    other = randomise(model(), std=0.3, seed=6)
+    assert not torch.equal(m[0].weight, other[0].weight)
+    # only= redraws the parameters it names and leaves the others as they were
+    before = model()
+    part = randomise(model(), only=r"^1\.")
+    assert torch.equal(part[0].weight, before[0].weight) and not torch.equal(part[1].weight, before[1].weight)

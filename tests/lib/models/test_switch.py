@@ -10,6 +10,7 @@ from lib.models.gpt import GPT, GPTConfig
 from lib.models.switch import (SwitchFFN, SwitchGPT, SwitchGPTConfig, expert_capacity,
                                load_balancing_loss, load_hf_switch, route_top1)
 
+from lib.models.reference import randomise
 from lib.models import switch_parallel_check
 
 
@@ -21,11 +22,8 @@ def hf_layer(d_model, d_ff, experts, capacity, seed):
     cfg = SwitchTransformersConfig(d_model=d_model, d_ff=d_ff, num_experts=experts, expert_capacity=capacity,
                                    dropout_rate=0.0, router_dtype="float32", dense_act_fn="relu",
                                    router_jitter_noise=0.0)
-    torch.manual_seed(seed)
     hf = st.SwitchTransformersSparseMLP(cfg).eval()
-    with torch.no_grad():
-        for p in hf.parameters():                  # large enough that routing differs between tokens
-            p.normal_(0.0, 0.5)
+    randomise(hf, std=0.5, seed=seed, norm_scales_at_one=False)   # large enough that routing differs between tokens
     return st, hf
 
 

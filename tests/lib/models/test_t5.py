@@ -8,6 +8,7 @@ import torch
 from lib import generate as gen
 from lib.data.span_corruption import noise_counts, noise_mask, span_corrupt, spans
 from lib.layers import count_parameters
+from lib.models.reference import randomise
 from lib.models.t5 import (PATTERNS, PUBLISHED, RMSNorm, T5, T5Config, load_hf_t5, mask_pattern,
                            relative_position_bucket)
 
@@ -81,11 +82,7 @@ def _pair(feed_forward, tie, seed=0, **changes):
     hf = transformers.T5ForConditionalGeneration(transformers.T5Config(
         **sizes, feed_forward_proj=feed_forward, tie_word_embeddings=tie, dropout_rate=0.0,
         decoder_start_token_id=0, pad_token_id=0, eos_token_id=1)).eval()
-    g = torch.Generator().manual_seed(seed + 1)
-    with torch.no_grad():          # norm weights away from 1, so a forgotten weight would show
-        for name, p in hf.named_parameters():
-            if "layer_norm" in name:
-                p.copy_(1 + 0.3 * torch.randn(p.shape, generator=g))
+    randomise(hf, seed=seed + 1, only="layer_norm")   # norm weights away from 1, so a forgotten one shows
     cfg = T5Config(**sizes, feed_forward=feed_forward, tie_word_embeddings=tie, dropout=0.0)
     ours = T5(cfg).eval()
     load_hf_t5(ours, hf)

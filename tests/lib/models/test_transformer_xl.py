@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from lib.attention import look_ahead_mask, split_heads
+from lib.models.reference import randomise
 from lib.models.transformer_xl import (RelativeMultiHeadAttention, TransformerXL, TransformerXLConfig,
                                        load_hf_transformer_xl, rel_shift, relative_distances, relative_sinusoid,
                                        update_memory)
@@ -15,16 +16,6 @@ from lib.models.transformer_xl import (RelativeMultiHeadAttention, TransformerXL
 transformers = pytest.importorskip("transformers")
 
 SMALL = dict(vocab_size=41, n_layer=2, n_head=4, d_model=32, d_inner=48)
-
-
-def _randomise(module, seed=3, std=0.3):
-    """Weights of std 0.3 (LayerNorm weights around 1), so a wrong term or layout shows."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in module.named_parameters():
-            shift = 1.0 if "layer_norm.weight" in name or "ln_" in name and name.endswith("weight") else 0.0
-            p.copy_(torch.randn(p.shape, generator=g) * std + shift)
-    return module
 
 
 # ----------------------------------------------------------------------------- relative shift
@@ -48,7 +39,7 @@ def test_scores_equal_every_term_computed_directly(mem, bidirectional):
     torch.manual_seed(0)
     T, D, H = 5, 16, 2
     K = mem + T
-    attn = _randomise(RelativeMultiHeadAttention(D, H, D // H), seed=2)
+    attn = randomise(RelativeMultiHeadAttention(D, H, D // H), seed=2)
     x, context = torch.randn(2, T, D, generator=g), torch.randn(2, K, D, generator=g)
     pos = relative_sinusoid(relative_distances(T, K, bidirectional), D)
     q, k = split_heads(attn.w_q(x), attn.n_head), split_heads(attn.w_k(context), attn.n_head)
@@ -76,7 +67,7 @@ def test_rel_shift_rejects_wrong_width():
 
 def _model(mem_len, seed=0, dropout=0.0):
     torch.manual_seed(seed)
-    return _randomise(TransformerXL(TransformerXLConfig(**SMALL, mem_len=mem_len, dropout=dropout)), std=0.2).eval()
+    return randomise(TransformerXL(TransformerXLConfig(**SMALL, mem_len=mem_len, dropout=dropout)), std=0.2).eval()
 
 
 @pytest.mark.parametrize("L,mem_len", [(4, 4), (4, 6), (3, 5), (5, 2)])
@@ -149,7 +140,7 @@ def _hf_pair(mem_len=5):
     hf = transformers.XLNetLMHeadModel(transformers.XLNetConfig(
         vocab_size=SMALL["vocab_size"], d_model=SMALL["d_model"], n_layer=SMALL["n_layer"], n_head=SMALL["n_head"],
         d_inner=SMALL["d_inner"], dropout=0.0, attn_type="uni", mem_len=mem_len, ff_activation="gelu")).eval()
-    _randomise(hf, std=0.2)
+    randomise(hf, std=0.2)
     ours = TransformerXL(TransformerXLConfig(**SMALL, mem_len=mem_len)).eval()
     load_hf_transformer_xl(ours, hf)
     return hf, ours

@@ -4,19 +4,11 @@ import pytest
 import torch
 
 from lib.models.xlnet import XLNet, XLNetConfig, load_hf_xlnet, partial_targets, permutation_masks
+from lib.models.reference import randomise
 
 transformers = pytest.importorskip("transformers")
 
 SMALL = dict(vocab_size=37, n_layer=2, n_head=4, d_model=32, d_inner=48)
-
-
-def _randomise(module, seed=3, std=0.2):
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in module.named_parameters():
-            shift = 1.0 if ("layer_norm.weight" in name or ".ln_" in name) and name.endswith("weight") else 0.0
-            p.copy_(torch.randn(p.shape, generator=g) * std + shift)
-    return module
 
 
 # ----------------------------------------------------------------------------- masks
@@ -65,7 +57,7 @@ def test_partial_targets_are_the_last_of_the_order():
 
 def _model(mem_len=0, seed=0):
     torch.manual_seed(seed)
-    return _randomise(XLNet(XLNetConfig(**SMALL, mem_len=mem_len))).eval()
+    return randomise(XLNet(XLNetConfig(**SMALL, mem_len=mem_len)), std=0.2).eval()
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -119,7 +111,7 @@ def _hf_pair(mem_len=5):
     hf = transformers.XLNetLMHeadModel(transformers.XLNetConfig(
         vocab_size=SMALL["vocab_size"], d_model=SMALL["d_model"], n_layer=SMALL["n_layer"], n_head=SMALL["n_head"],
         d_inner=SMALL["d_inner"], dropout=0.0, mem_len=mem_len, ff_activation="gelu")).eval()
-    _randomise(hf)
+    randomise(hf, std=0.2)
     ours = XLNet(XLNetConfig(**SMALL, mem_len=mem_len)).eval()
     load_hf_xlnet(ours, hf)
     return hf, ours

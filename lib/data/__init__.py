@@ -19,6 +19,7 @@ from .files import CACHE_ENV, MIRROR_ENV, DataError, cache_dir, download, mirror
 from .loaders import load_chatbot, load_imdb, load_imdb_unsup, load_nsmc_raw, load_tatoeba, load_tinyshakespeare
 from . import chatbot, noising  # chapter 4's chatbot split; BART's corruptions
 from . import nsmc  # the course's balanced NSMC sentiment split (not the published NSMC split)
+from .windows import random_windows  # a language model's training windows of one long text
 
 _FROM_BUILDERS = ("tfds_source", "torch_loader", "split_indices", "builder", "tfds_dir", "BUILDERS",
                   "TFDS_ENV", "SPLIT_SEED", "CHUNK_CHARS")
@@ -26,6 +27,7 @@ _FROM_BUILDERS = ("tfds_source", "torch_loader", "split_indices", "builder", "tf
 __all__ = ["REGISTRY", "DatasetInfo", "FileInfo", "DataError", "MIRROR_ENV", "CACHE_ENV",
            "mirror_dir", "cache_dir", "download", "path", "load_chatbot", "load_imdb",
            "load_imdb_unsup", "load_tatoeba", "load_tinyshakespeare", "load_nsmc_raw", "chatbot", "noising", "nsmc",
+           "random_windows",
            *_FROM_BUILDERS]
 
 

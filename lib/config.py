@@ -12,6 +12,10 @@ A chapter writes both recipes side by side and lets ``lib`` choose::
 
 Chapters never read the environment themselves.
 
+Every model's hyper-parameters are a dataclass that derives from :class:`ModelConfig`, which gives
+them the same two methods: ``cfg.asdict()`` (plain values, e.g. for a checkpoint's card) and
+``cfg.replace(**changes)`` (a copy with some fields changed, checked again by its ``__post_init__``).
+
 Some chapters also write a GPU-sized full recipe that has never been run and recorded. A CUDA
 machine does not run it silently: ``gpu_recipe(dev.type)`` is True only when it is asked for with
 ``COURSE_GPU_RECIPE=1`` (and the full recipe runs on CUDA); otherwise the CPU-sized full recipe
@@ -19,6 +23,7 @@ runs, and the call prints how to ask for the larger one.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from types import MappingProxyType
 from typing import Any
@@ -27,7 +32,19 @@ ENV_VAR = "COURSE_MODE"
 GPU_ENV_VAR = "COURSE_GPU_RECIPE"
 MODES = ("ci", "full")
 
-__all__ = ["ENV_VAR", "GPU_ENV_VAR", "MODES", "mode", "is_full", "gpu_recipe", "Recipe", "recipe"]
+__all__ = ["ENV_VAR", "GPU_ENV_VAR", "MODES", "mode", "is_full", "gpu_recipe", "Recipe", "recipe", "ModelConfig"]
+
+
+class ModelConfig:
+    """The base of every model configuration (a dataclass): ``asdict()`` and ``replace()``."""
+
+    def asdict(self) -> dict[str, Any]:
+        """The fields as plain values (nested dataclasses become dicts)."""
+        return dataclasses.asdict(self)
+
+    def replace(self, **changes: Any):
+        """A copy with ``changes`` applied; the copy's ``__post_init__`` checks it again."""
+        return dataclasses.replace(self, **changes)
 
 
 def mode() -> str:

@@ -62,11 +62,12 @@ sys.path.insert(0, str(REPO))
 from lib import checkpoints, device, train  # noqa: E402
 from lib.data import mlm  # noqa: E402
 from lib.io import atomic_write, sha256 as file_sha256  # noqa: E402
+from lib.models.t5 import COURSE_SENTINELS  # noqa: E402
 from lib.train.checkpoint import read_checkpoint  # noqa: E402
 from lib.train.loaders import epoch_seed  # noqa: E402
 
 SCRATCH = REPO / ".pretrain"
-T5_SENTINELS = 32           # t5-span: <extra_id_0> is the model's last id, <extra_id_31> the 32nd from the end
+T5_SENTINELS = COURSE_SENTINELS   # t5-span: <extra_id_0> is the model's last id, <extra_id_31> the 32nd from the end
 DTYPE_TOLERANCE = 1e-3      # nats: a stored dtype may change the held-out loss by at most this much
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 

@@ -45,12 +45,13 @@ Explained in chapters/10_bart_albert.ipynb.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Mapping
 
 import torch
 import torch.nn as nn
 
+from lib.config import ModelConfig
 from lib.kv_cache import KVCache
 from lib.layers import layer_norm, num_parameters
 from lib.models.reference import Source, as_state_dict, copy_weights
@@ -61,7 +62,7 @@ __all__ = ["BartConfig", "Bart", "BartClassifier", "hf_bart_table", "load_hf_bar
 
 
 @dataclass
-class BartConfig:
+class BartConfig(ModelConfig):
     vocab_size: int
     d_model: int = 768
     num_heads: int = 12
@@ -92,8 +93,6 @@ class BartConfig:
     def large(cls, vocab_size: int = 50265) -> "BartConfig":
         return cls(vocab_size, 1024, 16, 12, 12, 4096)
 
-    def asdict(self) -> dict:
-        return asdict(self)
 
 
 class Bart(TeacherForcing, nn.Module):

@@ -36,13 +36,14 @@ Explained in chapters/08_bert.ipynb.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Mapping
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from lib.config import ModelConfig
 from lib.attention import MultiHeadAttention
 from lib.layers import ACTIVATIONS, PositionwiseFeedForward, ResidualBlock, num_parameters as _count
 from lib.models.reference import Source, as_state_dict, copy_weights
@@ -55,7 +56,7 @@ __all__ = ["BertConfig", "BertEmbeddings", "BertLayer", "BertEncoder", "BertPool
 
 
 @dataclass
-class BertConfig:
+class BertConfig(ModelConfig):
     """Hyper-parameters. The defaults are BERT-base uncased (110M parameters)."""
     vocab_size: int = 30522
     hidden_size: int = 768
@@ -118,8 +119,6 @@ class BertConfig:
                    attention_dropout=get("attention_probs_dropout_prob"), layer_norm_eps=get("layer_norm_eps"),
                    pad_id=get("pad_token_id", 0) or 0, initializer_range=get("initializer_range", 0.02))
 
-    def replace(self, **changes) -> "BertConfig":
-        return replace(self, **changes)
 
 
 # Published configurations (Devlin et al., 2019, section 3; Wang et al., 2020 for MiniLM).

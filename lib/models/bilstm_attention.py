@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
+from lib.config import ModelConfig
 from lib.attention import AdditiveAttention, padding_mask
 from lib.layers import num_parameters
 from lib.validate import check_bool, check_int, check_probability, check_tensor
@@ -41,7 +42,7 @@ __all__ = ["BiLSTMConfig", "reverse_padded", "BiLSTM", "BiLSTMAttentionClassifie
 
 
 @dataclass
-class BiLSTMConfig:
+class BiLSTMConfig(ModelConfig):
     vocab_size: int = 10_007          # 7 special tokens + 10,000 words (lib.text.WordVocab)
     embed_dim: int = 128
     hidden: int = 64                  # units per direction

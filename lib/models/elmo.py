@@ -49,6 +49,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from lib.config import ModelConfig
 from lib.layers import num_parameters
 from lib.models.bilstm_attention import reverse_padded
 
@@ -99,7 +100,7 @@ def encode_batch(sentences: list[list[str]], max_chars: int = 50, add_markers: b
 
 # ----------------------------------------------------------------------------- config
 @dataclass
-class ELMoConfig:
+class ELMoConfig(ModelConfig):
     vocab_size: int                                    # words the softmax predicts
     max_chars: int = 50                                # bytes per word, markers included
     char_dim: int = 16                                 # byte embedding

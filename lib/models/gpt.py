@@ -52,6 +52,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from lib.config import ModelConfig
 from lib import kv_cache
 from lib.attention import MultiHeadAttention, look_ahead_mask
 from lib.kv_cache import KVCache
@@ -63,7 +64,7 @@ __all__ = ["GPTConfig", "MLP", "Block", "GPT", "GPTClassifier", "PUBLISHED",
 
 
 @dataclass
-class GPTConfig:
+class GPTConfig(ModelConfig):
     """Hyper-parameters. The defaults are GPT-2 small (124M parameters)."""
     vocab_size: int = 50257
     block_size: int = 1024          # the longest context (number of learned positions)

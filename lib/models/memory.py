@@ -40,6 +40,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from lib.config import ModelConfig
 from lib.attention import MultiHeadAttention, look_ahead_mask
 from lib.layers import PositionwiseFeedForward, layer_norm, num_parameters
 from lib.validate import check_int, check_probability, check_token_ids
@@ -135,7 +136,7 @@ class CausalSelfAttention(nn.Module):
 # ----------------------------------------------------------------------------- language model
 
 @dataclass
-class CharLMConfig:
+class CharLMConfig(ModelConfig):
     vocab_size: int
     block_size: int = 128
     d_model: int = 128

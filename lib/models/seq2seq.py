@@ -31,7 +31,7 @@ Explained in chapters/01_seq2seq_attention.ipynb.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import NamedTuple, Sequence
 
 import torch
@@ -39,6 +39,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from lib.config import ModelConfig
 from lib.attention import DotAttention, padding_mask
 from lib.layers import num_parameters
 from lib.validate import check_choice, check_int, check_probability, check_tensor, check_token_ids
@@ -51,7 +52,7 @@ __all__ = ["Seq2SeqConfig", "Encoder", "FixedContextDecoder", "LuongDecoder", "M
 # ----------------------------------------------------------------------------- config
 
 @dataclass
-class Seq2SeqConfig:
+class Seq2SeqConfig(ModelConfig):
     src_vocab_size: int
     tgt_vocab_size: int
     emb_dim: int = 128
@@ -70,8 +71,6 @@ class Seq2SeqConfig:
         check_choice("Seq2SeqConfig.cell", self.cell, ("gru", "lstm"))
         check_probability("Seq2SeqConfig.dropout", self.dropout, allow_one=False)
 
-    def asdict(self) -> dict:
-        return asdict(self)
 
 
 def _rnn(cfg: Seq2SeqConfig, input_size: int) -> nn.RNNBase:

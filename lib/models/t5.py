@@ -46,13 +46,14 @@ Explained in chapters/11_t5.ipynb.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Mapping
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from lib.config import ModelConfig
 from lib import kv_cache
 from lib.attention import look_ahead_mask, merge_heads, split_heads
 from lib.kv_cache import KVCache
@@ -62,13 +63,17 @@ from lib.validate import check_bool, check_choice, check_int, check_tensor, chec
 
 __all__ = ["T5Config", "PUBLISHED", "RMSNorm", "relative_position_bucket", "T5Attention", "FeedForward",
            "EncoderLayer", "DecoderLayer", "Stack", "T5", "hf_t5_table", "load_hf_t5",
-           "mask_pattern", "PATTERNS"]
+           "mask_pattern", "PATTERNS", "COURSE_SENTINELS"]
+
+#: the sentinel ids (``<extra_id_0>``, ...) the course's T5 models add after their tokenizer's
+#: vocabulary, ``<extra_id_0>`` the very last id (the published T5 has 100 of them)
+COURSE_SENTINELS = 32
 
 FEED_FORWARD = ("relu", "gated-gelu")
 
 
 @dataclass
-class T5Config:
+class T5Config(ModelConfig):
     """Hyper-parameters; the defaults are T5-small (60,506,624 parameters with the tied output)."""
     vocab_size: int = 32128
     d_model: int = 512
@@ -104,8 +109,6 @@ class T5Config:
         for name in ("pad_id", "eos_id", "decoder_start_id"):
             check_int(f"T5Config.{name}", getattr(self, name), 0, self.vocab_size - 1)
 
-    def asdict(self) -> dict:
-        return asdict(self)
 
 
 # Published sizes (Raffel et al., 2020, section 3.7; the 32,128-row embedding of the released

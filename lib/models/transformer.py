@@ -55,11 +55,12 @@ Explained in chapters/03_transformer.ipynb, chapters/04_transformer_chatbot.ipyn
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, asdict
+from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
 
+from lib.config import ModelConfig
 from lib import kv_cache
 from lib.attention import MultiHeadAttention, combine_masks, look_ahead_mask
 from lib.kv_cache import KVCache
@@ -72,7 +73,7 @@ __all__ = ["TransformerConfig", "TeacherForcing", "EncoderLayer", "DecoderLayer"
 
 
 @dataclass
-class TransformerConfig:
+class TransformerConfig(ModelConfig):
     src_vocab_size: int
     tgt_vocab_size: int
     d_model: int = 512
@@ -108,8 +109,6 @@ class TransformerConfig:
         if not 0 <= self.pad_id < min(self.src_vocab_size, self.tgt_vocab_size):
             raise ValueError(f"pad_id={self.pad_id} is not a valid token id of both vocabularies")
 
-    def asdict(self) -> dict:
-        return asdict(self)
 
 
 def _padding_4d(key_padding_mask: torch.Tensor | None) -> torch.Tensor | None:

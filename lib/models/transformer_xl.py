@@ -57,6 +57,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from lib.config import ModelConfig
 from lib.attention import look_ahead_mask, masked_softmax, split_heads
 from lib.layers import ACTIVATIONS, num_parameters
 from lib.models.reference import Source, as_state_dict, copy_weights
@@ -231,7 +232,7 @@ def init_weights(module: nn.Module, std: float = 0.02) -> None:
 # ----------------------------------------------------------------------------- the model
 
 @dataclass
-class TransformerXLConfig:
+class TransformerXLConfig(ModelConfig):
     """Hyper-parameters of the language model (a character-level default)."""
     vocab_size: int = 65
     n_layer: int = 4

@@ -115,3 +115,23 @@ def test_gpu_recipe_rejects_other_values(no_env):
     no_env.setenv(config.GPU_ENV_VAR, "yes")
     with pytest.raises(ValueError, match="COURSE_GPU_RECIPE='yes'"):
         config.gpu_recipe("cuda")
+
+
+def test_every_model_config_has_asdict_and_a_checked_replace():
+    import dataclasses
+    import importlib
+    import pkgutil
+
+    import lib.models
+    from lib.config import ModelConfig
+    configs = {obj for info in pkgutil.iter_modules(lib.models.__path__)
+               for obj in vars(importlib.import_module(f"lib.models.{info.name}")).values()
+               if isinstance(obj, type) and dataclasses.is_dataclass(obj) and obj.__name__.endswith("Config")}
+    assert len(configs) >= 12, sorted(c.__name__ for c in configs)
+    not_shared = sorted(c.__name__ for c in configs if not issubclass(c, ModelConfig))
+    assert not not_shared, f"configs that do not derive from lib.config.ModelConfig: {not_shared}"
+    from lib.models.gpt import GPTConfig
+    cfg = GPTConfig(n_layer=2, n_head=2, n_embd=8)
+    assert cfg.replace(n_layer=3).asdict() == {**cfg.asdict(), "n_layer": 3} and cfg.n_layer == 2
+    with pytest.raises(ValueError, match="divisible"):
+        cfg.replace(n_embd=9)                          # the copy is checked as a new config is

@@ -539,6 +539,28 @@ def _drop_fontawesome_script(app: Sphinx, exception) -> None:
         path.unlink()
 
 
+#: words the themes write into their templates and scripts without gettext, for a Korean site
+#: (the book theme's navigation labels for screen readers, sphinx-togglebutton's button label)
+KOREAN_LITERALS = {"html": {'aria-label="Main"': 'aria-label="강좌 목차"', 'aria-label="Page"': 'aria-label="이 페이지"'},
+                   "_static/togglebutton.js": {'"Toggle hidden content"': '"숨긴 내용 보이기/감추기"'}}
+
+
+def _korean_literals(app: Sphinx, exception) -> None:
+    """Put :data:`KOREAN_LITERALS` into a Korean site's pages and the toggle button's script."""
+    if exception is not None or app.builder.format != "html" or not _korean(app.config):
+        return
+    out = Path(app.outdir)
+    for where, words in KOREAN_LITERALS.items():
+        for page in (out.rglob("*.html") if where == "html" else [out / where]):
+            if not page.is_file():
+                continue
+            text = new = page.read_text(encoding="utf-8")
+            for english, korean in words.items():
+                new = new.replace(english, korean)
+            if new != text:
+                page.write_text(new, encoding="utf-8")
+
+
 # ----------------------------------------------------------------------------- the site's fonts
 
 HANGUL_RANGES = ((0x1100, 0x11FF), (0x3130, 0x318F), (0xA960, 0xA97F), (0xAC00, 0xD7A3), (0xD7B0, 0xD7FF))
@@ -817,6 +839,7 @@ def setup(app: Sphinx) -> dict:
     app.connect("html-page-context", _preload_fonts)
     app.connect("build-finished", _write_fonts)
     app.connect("build-finished", _drop_fontawesome_script)
+    app.connect("build-finished", _korean_literals)
     app.connect("html-page-context", _static_widgets, priority=900)   # after myst-nb added its scripts
     app.connect("doctree-read", _hide_test_markers)
     app.connect("doctree-read", _alt_text_for_plots)

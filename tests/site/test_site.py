@@ -389,17 +389,18 @@ def test_korean_text_is_drawn_with_glyphs_not_boxes(visit):
     assert _differing(as_published, served) < 0.05, f"the Korean text {found!r} is not drawn with {KOREAN_FONT}"
 
 
-# Marks every element with Hangul in its own text with the number of Hangul characters there.
+# Marks every element with Hangul in its own text with the number of Hangul characters there, and
+# returns those numbers in document order (the order of a query for [data-hangul]).
 _MARK_HANGUL = f"""() => {{
     const re = new RegExp('{HANGUL_ANY}', 'g');
-    let n = 0;
+    const counts = [];
     for (const el of document.querySelectorAll('body *')) {{
         if (['SCRIPT', 'STYLE', 'TEMPLATE', 'NOSCRIPT'].includes(el.tagName)) continue;
         let k = 0;
         for (const t of el.childNodes) if (t.nodeType === 3) k += (t.textContent.match(re) || []).length;
-        if (k) {{ el.dataset.hangul = k; n++; }}
+        if (k) {{ el.dataset.hangul = k; counts.push(k); }}
     }}
-    return n;
+    return counts;
 }}"""
 
 
@@ -410,17 +411,17 @@ def hangul_drawn_without_a_web_font(page, cdp) -> tuple[int, list[str]]:
     no Korean font here, so Hangul not drawn by a web font is drawn as empty boxes. An element
     laid out before its font arrived and never laid out again is caught too: the list is the
     current layout's. Elements without a layout (hidden) have no fonts and are skipped."""
-    if not page.evaluate(_MARK_HANGUL):
+    counts = page.evaluate(_MARK_HANGUL)
+    if not counts:
         return 0, []
     root = cdp.send("DOM.getDocument", {"depth": 0})["root"]["nodeId"]
     nodes = cdp.send("DOM.querySelectorAll", {"nodeId": root, "selector": "[data-hangul]"})["nodeIds"]
+    assert len(nodes) == len(counts), "the page changed between marking its Hangul and reading it"
     wrong = []
-    for node in nodes:
+    for node, need in zip(nodes, counts):      # both in document order
         fonts = cdp.send("CSS.getPlatformFontsForNode", {"nodeId": node})["fonts"]
         if not fonts:
             continue
-        attrs = cdp.send("DOM.getAttributes", {"nodeId": node})["attributes"]
-        need = int(dict(zip(attrs[::2], attrs[1::2]))["data-hangul"])
         if sum(f["glyphCount"] for f in fonts if f["isCustomFont"]) < need:
             html = cdp.send("DOM.getOuterHTML", {"nodeId": node})["outerHTML"]
             wrong.append(f"{html[:120]} (drawn with {', '.join(f['familyName'] for f in fonts)})")
@@ -1031,8 +1032,10 @@ def test_the_korean_site_s_buttons_and_tooltips_are_in_korean():
     page = (KO / "chapters" / "06_transfer_elmo.html").read_text(encoding="utf-8")
     for english in ("Toggle primary sidebar", "Toggle secondary sidebar", "Skip to main content", "Back to top",
                     "System Settings", "previous page", "next page", ">Contents<",
-                    "The course authors"):
+                    "The course authors", "Link to this heading", 'aria-label="Main"', 'aria-label="Page"'):
         assert english not in page, f"the Korean chapter page still says {english!r}"
+    toggle = (KO / "_static" / "togglebutton.js").read_text(encoding="utf-8")
+    assert "Toggle hidden content" not in toggle and "숨긴 내용 보이기/감추기" in toggle
     for korean in ("왼쪽 사이드바 열기/닫기", "본문으로 건너뛰기", "이전 페이지", "지은이:"):
         assert korean in page, f"the Korean chapter page lacks {korean!r}"
 

@@ -657,15 +657,27 @@ def make_dataset(recipe: Recipe, streams: dict, part: str, tok, seed: int) -> to
     return DATASETS[recipe.kind](streams[part], recipe.seq_len, tok, seed, recipe.mask_prob)
 
 
+#: kinds whose model reads an input with an encoder: their evaluation also scores each held-out target
+#: after another example's input (``heldout_loss(..., other_input=True)``), so that a run shows whether
+#: the decoder uses the input at all (chapter 11: a T5 can earn most of span corruption's loss without)
+ENCODER_DECODER_KINDS = frozenset({"t5-span", "bart-denoise"})
+
+
 @torch.no_grad()
-def heldout_loss(model, batches: list, kind: str) -> float:
-    """Mean loss per predicted token over the fixed held-out batches (float32, eval mode)."""
+def heldout_loss(model, batches: list, kind: str, other_input: bool = False) -> float:
+    """Mean loss per predicted token over the fixed held-out batches (float32, eval mode). With
+    ``other_input`` (encoder-decoder kinds), each target is scored after the input of the batch's next
+    example (the inputs rolled by one)."""
     was = model.training
     model.eval()
     total = count = 0.0
     where = next(model.parameters()).device
     for batch in batches:
         x, *rest, y = (t.to(where) for t in batch)
+        if other_input:
+            if kind not in ENCODER_DECODER_KINDS or len(x) < 2:
+                raise ValueError(f"other_input needs an encoder-decoder kind and batches of two or more, got {kind}")
+            x = x.roll(1, 0)
         if kind == "elmo-bilm":          # both directions' predictions, each weighted by its count
             _, (loss_f, loss_b) = model.lm_loss(x, *rest, y)
             n_f, n_b = (y[:, 1:] != mlm.IGNORE_INDEX).sum().item(), (y[:, :-1] != mlm.IGNORE_INDEX).sum().item()
@@ -831,7 +843,10 @@ def train_run(run: Run, minutes: float | None, say: Callable[[str], None] = prin
     step_fn = STEP_FNS[recipe.kind]
 
     def evaluate(m):
-        return {"loss": heldout_loss(m, heldout, recipe.kind)}
+        out = {"loss": heldout_loss(m, heldout, recipe.kind)}
+        if recipe.kind in ENCODER_DECODER_KINDS:     # does the decoder read its input? (lower is: yes)
+            out["loss_other_input"] = heldout_loss(m, heldout, recipe.kind, other_input=True)
+        return out
 
     if done in snapshot_steps and rank == 0 and f"{recipe.name}@{token_label(snapshot_steps[done])}" not in \
             checkpoints.registry(run.out):    # stopped between the checkpoint and the snapshot: write it now
@@ -856,7 +871,9 @@ def train_run(run: Run, minutes: float | None, say: Callable[[str], None] = prin
         eta = (run.steps - boundary) * recipe.tokens_per_step / rate
         say(f"{recipe.name} step {boundary:,}/{run.steps:,} | tokens {token_label(boundary * recipe.tokens_per_step)}"
             f"/{token_label(run.tokens)} | train {last.get('train_loss', float('nan')):.3f} | held-out "
-            f"{last.get('eval_loss', float('nan')):.3f} | {rate:,.0f} tokens/s | {_fmt_time(clock['seconds'])} "
+            f"{last.get('eval_loss', float('nan')):.3f}"
+            + (f" (after another input {last['eval_loss_other_input']:.3f})" if "eval_loss_other_input" in last else "")
+            + f" | {rate:,.0f} tokens/s | {_fmt_time(clock['seconds'])} "
             f"trained, about {_fmt_time(eta)} to go")
         done = boundary
         if boundary in snapshot_steps and rank == 0:
@@ -954,7 +971,9 @@ def write_output(run: Run, result: dict, say: Callable[[str], None] = print) -> 
     records = result["history"].records
     curve = [{"step": r["step"], "tokens": r["step"] * recipe.tokens_per_step,
               "train_loss": round(r["train_loss"], 4) if "train_loss" in r else None,
-              "heldout_loss": round(r["eval_loss"], 4)} for r in records if "eval_loss" in r]
+              "heldout_loss": round(r["eval_loss"], 4),
+              **({"heldout_loss_other_input": round(r["eval_loss_other_input"], 4)}
+                 if "eval_loss_other_input" in r else {})} for r in records if "eval_loss" in r]
     clock = result["clock"]
     card = {
         "name": recipe.name, "description": recipe.description, "kind": recipe.kind,

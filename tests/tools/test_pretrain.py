@@ -249,6 +249,11 @@ def test_the_t5_recipe_corrupts_spans_with_the_last_ids_as_sentinels_and_loads_a
     assert not torch.equal(data[3][0], data[3 + len(data)][0])            # new noise each epoch
     assert_the_card_reports_the_stored_weights(ckpt, result, "t5-span")
     assert result["card"]["training"]["precision"] == "fp32"
+    # every point of the curve also scores the targets after another example's input: the same model
+    # and targets, so the two losses differ (whether the input helps is what a run watches for)
+    curve = result["card"]["heldout"]["curve"]
+    assert curve and all("heldout_loss_other_input" in c for c in curve)
+    assert all(c["heldout_loss_other_input"] != c["heldout_loss"] for c in curve)
 
 
 def test_the_t5_corpus_never_holds_a_test_item_of_chapter_11(data_mirror):
@@ -353,3 +358,9 @@ def test_card_counts_are_written_out_also_when_nested():
     from tools.pretrain import counts_text
     text = counts_text({"documents": 1234, "nsmc": {"rows": 712404, "test_side_reviews": 5}, "english_reviews": 10})
     assert text == "documents 1,234, nsmc (rows 712,404, test side reviews 5), english reviews 10"
+
+
+def test_scoring_after_another_input_is_for_encoder_decoder_models_only():
+    batch = (torch.zeros(3, 4, dtype=torch.long), torch.zeros(3, 4, dtype=torch.long))
+    with pytest.raises(ValueError, match="encoder-decoder kind"):
+        pretrain.heldout_loss(torch.nn.Linear(1, 1), [batch], "gpt-lm", other_input=True)

@@ -191,7 +191,10 @@ def check_id_list(name: str, ids: Any, minimum: int | None = None) -> list[int]:
         ids = ids.tolist()
     if isinstance(ids, (str, bytes)) or not isinstance(ids, Iterable):
         raise TypeError(f"{name} must be a sequence of int ids, got {type(ids).__name__}")
-    return [check_int(f"{name}[{i}]", _as_index(t), minimum) for i, t in enumerate(ids)]
+    # plain ints in range pass as they are (this runs on every batch a loader pads); anything else
+    # goes through check_int, which converts an integer scalar or says what is wrong
+    return [t if type(t) is int and (minimum is None or t >= minimum) else check_int(f"{name}[{i}]", _as_index(t), minimum)
+            for i, t in enumerate(ids)]
 
 
 def _as_index(value: Any) -> Any:

@@ -142,6 +142,17 @@ CORPORA: dict[str, tuple[Callable[[], tuple[list[str], dict]], tuple[tuple[str, 
 
 # ----------------------------------------------------------------------------- recipes
 
+#: the optimizers a recipe can name. Adafactor (Shazeer and Stern, 2018) is T5's: its ``lr`` is a relative
+#: step, each parameter's update scaled by that parameter's root mean square (``torch.optim.Adafactor``).
+#: At the T5 paper's 1e-2 it moves the N(0, 1) shared embedding ten times as far per step as AdamW at
+#: 1e-3, and that is what lets a small T5 learn to read its input: with AdamW at 2e-3, t5-mix's
+#: first run scored its targets as well after another chunk's input as after its own (chapter 11).
+OPTIMIZERS: dict[str, Callable] = {
+    "adamw": lambda params, lr, weight_decay: torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay),
+    "adafactor": lambda params, lr, weight_decay: torch.optim.Adafactor(params, lr=lr, weight_decay=weight_decay),
+}
+
+
 @dataclass(frozen=True)
 class Recipe:
     """Everything a pretraining run depends on (besides the token budget and the snapshots)."""
@@ -155,6 +166,7 @@ class Recipe:
     lowercase: bool = False
     seq_len: int = 64               # tokens per packed sequence
     batch_size: int = 64            # sequences per optimizer step, all processes together
+    optimizer: str = "adamw"        # a OPTIMIZERS key: "adamw", or "adafactor" (T5's, lr a relative step)
     lr: float = 1e-3
     weight_decay: float = 0.01
     warmup: float = 0.05            # share of the steps
@@ -169,6 +181,8 @@ class Recipe:
     seed: int = 0
 
     def __post_init__(self):
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"recipe {self.name}: optimizer must be one of {sorted(OPTIMIZERS)}, got {self.optimizer!r}")
         if self.masking not in ("token", "knowledge"):
             raise ValueError(f"recipe {self.name}: masking must be 'token' or 'knowledge', got {self.masking!r}")
         if self.masking == "knowledge" and self.kind != "bert-mlm":
@@ -239,8 +253,8 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in [
     Recipe("t5-mix", "t5-span", "T5 (2 + 2 layers x 128) with span corruption on Korean and English reviews, "
            "English and French Tatoeba sentences and the chatbot's texts, never a test item of chapter 11",
            corpus="t5-mix", model=dict(d_model=128, d_kv=32, d_ff=512, num_heads=4, num_layers=2, dropout=0.0),
-           lowercase=True, seq_len=128, batch_size=64, lr=2e-3, tokens=40_000_000, heldout_sequences=512,
-           mask_prob=0.15),
+           lowercase=True, seq_len=128, batch_size=64, optimizer="adafactor", lr=1e-2, weight_decay=0.0,
+           tokens=40_000_000, heldout_sequences=512, mask_prob=0.15),
     # for the tests: the same code on 3,000 rows of the crawl, a model of a few thousand parameters
     Recipe("ko-bert-tiny", "bert-mlm", "test recipe: ko-bert's code at toy size", corpus="nsmc-first-3000",
            model=dict(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64), vocab_size=400,
@@ -262,8 +276,9 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in [
            heldout_every=10, heldout_sequences=16),
     Recipe("t5-mix-tiny", "t5-span", "test recipe: t5-mix's code at toy size", corpus="nsmc-first-3000",
            model=dict(d_model=16, d_kv=8, d_ff=32, num_heads=2, num_layers=1, dropout=0.0), vocab_size=400,
-           lowercase=True, seq_len=32, batch_size=8, tokens=8 * 32 * 12, eval_every_tokens=8 * 32 * 4,
-           log_every_tokens=8 * 32, heldout_every=10, heldout_sequences=16, mask_prob=0.15),
+           lowercase=True, seq_len=32, batch_size=8, optimizer="adafactor", lr=1e-2, weight_decay=0.0,
+           tokens=8 * 32 * 12, eval_every_tokens=8 * 32 * 4, log_every_tokens=8 * 32, heldout_every=10,
+           heldout_sequences=16, mask_prob=0.15),
     Recipe("gpt-imdb-tiny", "gpt-lm", "test recipe: gpt-imdb's code at toy size", corpus="nsmc-first-3000",
            model=dict(n_layer=2, n_head=2, n_embd=32, dropout=0.1), vocab_size=400, seq_len=32, batch_size=8,
            tokens=8 * 32 * 12, eval_every_tokens=8 * 32 * 4, log_every_tokens=8 * 32, heldout_every=10,
@@ -824,7 +839,7 @@ def train_run(run: Run, minutes: float | None, say: Callable[[str], None] = prin
     _barrier()
     meta = json.loads((run.scratch / "data" / "data.json").read_text())
     tok, loader, heldout, model = build_training(recipe, run.scratch / "data")
-    optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.lr, weight_decay=recipe.weight_decay)
+    optimizer = OPTIMIZERS[recipe.optimizer](model.parameters(), recipe.lr, recipe.weight_decay)
     scheduler = train.warmup_cosine(optimizer, warmup_steps=max(1, round(recipe.warmup * run.steps)),
                                     total_steps=max(run.steps, 2), min_ratio=recipe.min_lr_ratio)
     eval_every = max(1, round(recipe.eval_every_tokens / recipe.tokens_per_step))
@@ -986,7 +1001,8 @@ def write_output(run: Run, result: dict, say: Callable[[str], None] = print) -> 
                       "file": "tokenizer.json", "sha256": meta["tokenizer_sha256"]},
         "model": {"config": checkpoints.config_dict(model.cfg), "parameters": model.num_parameters()},
         "training": {"tokens_seen": tokens_seen, "tokens_target": run.tokens, "steps": run.steps,
-                     "global_batch": recipe.batch_size, "seq_len": recipe.seq_len, "lr": recipe.lr,
+                     "global_batch": recipe.batch_size, "seq_len": recipe.seq_len,
+                     "optimizer": recipe.optimizer, "lr": recipe.lr,
                      "schedule": f"linear warm-up over {recipe.warmup:.0%} of the steps, cosine to "
                                  f"{recipe.min_lr_ratio:g} x lr", "weight_decay": recipe.weight_decay,
                      "wall_seconds": round(clock["seconds"], 1), "prepare_seconds": meta["seconds"],
@@ -1030,7 +1046,8 @@ def card_markdown(card: dict) -> str:
              f"- **Tokenizer**: {card['tokenizer']['kind']}, {card['tokenizer']['vocab_size']:,} entries "
              f"(`tokenizer.json`, shipped with the weights).",
              f"- **Training**: {t['tokens_seen']:,} tokens ({d['passes']:g} passes), {t['steps']:,} steps of "
-             f"{t['global_batch']} x {t['seq_len']} tokens, lr {t['lr']:g} ({t['schedule']}), "
+             f"{t['global_batch']} x {t['seq_len']} tokens, {t.get('optimizer', 'adamw')} at lr {t['lr']:g} "
+             f"({t['schedule']}), "
              f"{t['wall_seconds'] / 60:.1f} minutes of training in {len(t['invocations'])} invocation(s).",
              f"- **Device**: {t['device']}; precision {t['precision']} (training), weights stored in "
              f"{h['stored_dtype']}.",

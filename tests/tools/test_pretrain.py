@@ -249,6 +249,12 @@ def test_the_t5_recipe_corrupts_spans_with_the_last_ids_as_sentinels_and_loads_a
     assert not torch.equal(data[3][0], data[3 + len(data)][0])            # new noise each epoch
     assert_the_card_reports_the_stored_weights(ckpt, result, "t5-span")
     assert result["card"]["training"]["precision"] == "fp32"
+    # T5's optimiser: Adafactor's factored second moments (a row and a column vector per matrix, a full
+    # one per vector) are what the resume state holds, and the card names it
+    assert result["card"]["training"]["optimizer"] == "adafactor" and "adafactor at lr 0.01" in (tmp_path / "out" / "t5-mix-tiny" / "card.md").read_text()
+    moments = read_checkpoint(tmp_path / "s" / "t5-mix-tiny" / "state.pt")["optimizer"]["state"]
+    kinds = [frozenset(m) - {"step"} for m in moments.values()]
+    assert set(kinds) == {frozenset({"row_var", "col_var"}), frozenset({"variance"})}
     # every point of the curve also scores the targets after another example's input: the same model
     # and targets, so the two losses differ (whether the input helps is what a run watches for)
     curve = result["card"]["heldout"]["curve"]
@@ -358,6 +364,15 @@ def test_card_counts_are_written_out_also_when_nested():
     from tools.pretrain import counts_text
     text = counts_text({"documents": 1234, "nsmc": {"rows": 712404, "test_side_reviews": 5}, "english_reviews": 10})
     assert text == "documents 1,234, nsmc (rows 712,404, test side reviews 5), english reviews 10"
+
+
+def test_a_recipe_names_an_optimizer_the_runner_knows():
+    recipe = dataclasses.replace(pretrain.RECIPES["t5-mix-tiny"], optimizer="adafactor")
+    params = [torch.nn.Parameter(torch.zeros(3, 2))]
+    assert isinstance(pretrain.OPTIMIZERS[recipe.optimizer](params, recipe.lr, recipe.weight_decay),
+                      torch.optim.Adafactor)
+    with pytest.raises(ValueError, match="optimizer must be one of"):
+        dataclasses.replace(recipe, optimizer="sgd")
 
 
 def test_scoring_after_another_input_is_for_encoder_decoder_models_only():

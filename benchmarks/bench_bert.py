@@ -36,7 +36,7 @@ from lib import data, device  # noqa: E402
 import _report  # noqa: E402  (benchmarks/_report.py)
 from lib.data.mlm import NOT_NEXT, mask_tokens  # noqa: E402
 from lib.minilm import encode_texts, load_minilm, minilm_dir, minilm_tokenizer  # noqa: E402
-from lib.models.bert import BertConfig, BertForPreTraining, load_hf_bert  # noqa: E402
+from lib.models.bert import PUBLISHED, BertForPreTraining, load_hf_bert  # noqa: E402
 
 
 def first_sentences(n: int) -> list[str]:
@@ -76,7 +76,7 @@ def forward_benchmark(args, transformers) -> dict:
 
 
 def pretraining_benchmark(args, transformers) -> dict:
-    cfg = BertConfig.minilm_l6(max_position=args.seq_len, dropout=0.0, attention_dropout=0.0)
+    cfg = PUBLISHED["all-MiniLM-L6-v2"].replace(max_position=args.seq_len, dropout=0.0, attention_dropout=0.0)
     hf = transformers.BertForPreTraining(transformers.BertConfig(
         vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size, num_hidden_layers=cfg.num_layers,
         num_attention_heads=cfg.num_heads, intermediate_size=cfg.intermediate_size,

@@ -32,7 +32,7 @@ ENV_VAR = "COURSE_MODE"
 GPU_ENV_VAR = "COURSE_GPU_RECIPE"
 MODES = ("ci", "full")
 
-__all__ = ["ENV_VAR", "GPU_ENV_VAR", "MODES", "mode", "is_full", "gpu_recipe", "Recipe", "recipe", "ModelConfig"]
+__all__ = ["ENV_VAR", "GPU_ENV_VAR", "MODES", "mode", "is_full", "gpu_recipe", "Recipe", "recipe", "ModelConfig", "hf_reader"]
 
 
 class ModelConfig:
@@ -45,6 +45,25 @@ class ModelConfig:
     def replace(self, **changes: Any):
         """A copy with ``changes`` applied; the copy's ``__post_init__`` checks it again."""
         return dataclasses.replace(self, **changes)
+
+
+def hf_reader(hf_config: Any, model: str):
+    """``get(key, default)`` over a ``transformers`` configuration or its ``config.json`` as a dict,
+    and ``need(key, allowed, default)``, which raises ValueError, naming ``model`` and the key, when a
+    setting the course's model does not implement has another value (the ``from_hf`` of each model)."""
+    if isinstance(hf_config, dict):
+        get = hf_config.get
+    elif hasattr(hf_config, "to_dict"):
+        get = lambda key, default=None: getattr(hf_config, key, default)    # noqa: E731
+    else:
+        raise TypeError(f"{model}: expected a transformers configuration or a dict, got {type(hf_config).__name__}")
+
+    def need(key: str, allowed: tuple, default: Any = None) -> Any:
+        value = get(key, default)
+        if value not in allowed:
+            raise ValueError(f"{model} implements only {key} in {allowed}, got {value!r}")
+        return value
+    return get, need
 
 
 def mode() -> str:

@@ -26,9 +26,8 @@ use GELU's tanh approximation (``"gelu_new"``), and the SOP head applies dropout
 Interface
 ---------
 ``AlbertConfig(BertConfig)`` adds ``embedding_size=128``, ``sharing="all"``,
-``activation="gelu_tanh"``, ``classifier_dropout=0.1``; presets ``AlbertConfig.base()``,
-``.large()``, ``.xlarge()``, ``.xxlarge()`` (the paper's Table 1, vocabulary 30,000) and
-``PUBLISHED`` (name -> config).
+``activation="gelu_tanh"``, ``classifier_dropout=0.1``; ``AlbertConfig.from_hf(hf_config)``;
+``PUBLISHED`` (name -> config): the paper's Table 1, vocabulary 30,000.
 ``AlbertModel(cfg)(input_ids, token_type_ids=None, attention_mask=None)`` -> ``BertOutput``.
 ``AlbertForPreTraining(cfg)(..., mlm_labels=None, sop_labels=None)`` -> ``PreTrainingOutput``
     whose ``nsp_logits`` are the SOP logits (0 = in order, 1 = swapped, Hugging Face's labels).
@@ -46,6 +45,7 @@ from typing import Mapping
 import torch
 import torch.nn as nn
 
+from lib.config import hf_reader
 from lib.layers import ACTIVATIONS, num_parameters as _count
 from lib.models.bert import (BertConfig, BertLayer, BertMLMHead, BertOutput, BertPooler, PreTrainingOutput,
                              check_inputs, init_bert_weights, pretraining_output)
@@ -75,32 +75,32 @@ class AlbertConfig(BertConfig):
         check_probability("AlbertConfig.classifier_dropout", self.classifier_dropout, allow_one=False)
 
     @classmethod
-    def base(cls, **overrides) -> "AlbertConfig":
-        """ALBERT-base: 12 layers, hidden 768, E = 128, all shared (12M parameters in the paper)."""
-        return cls(**{"hidden_size": 768, "num_layers": 12, "num_heads": 12, "intermediate_size": 3072,
-                      **overrides})
-
-    @classmethod
-    def large(cls, **overrides) -> "AlbertConfig":
-        """ALBERT-large: 24 layers, hidden 1024 (18M)."""
-        return cls(**{"hidden_size": 1024, "num_layers": 24, "num_heads": 16, "intermediate_size": 4096,
-                      **overrides})
-
-    @classmethod
-    def xlarge(cls, **overrides) -> "AlbertConfig":
-        """ALBERT-xlarge: 24 layers, hidden 2048 (60M)."""
-        return cls(**{"hidden_size": 2048, "num_layers": 24, "num_heads": 16, "intermediate_size": 8192,
-                      **overrides})
-
-    @classmethod
-    def xxlarge(cls, **overrides) -> "AlbertConfig":
-        """ALBERT-xxlarge: 12 layers, hidden 4096, 64 heads (235M in the paper)."""
-        return cls(**{"hidden_size": 4096, "num_layers": 12, "num_heads": 64, "intermediate_size": 16384,
-                      **overrides})
+    def from_hf(cls, hf_config) -> "AlbertConfig":
+        """From a ``transformers.AlbertConfig`` (or its ``config.json`` as a dict): one group of layers,
+        shared by every layer (the paper's ALBERT)."""
+        get, need = hf_reader(hf_config, cls.__name__)
+        need("num_hidden_groups", (1,), 1)
+        need("inner_group_num", (1,), 1)
+        need("position_embedding_type", (None, "absolute"), "absolute")
+        activation = {"gelu_new": "gelu_tanh", "gelu": "gelu", "relu": "relu"}.get(get("hidden_act", "gelu_new"))
+        if activation is None:
+            raise ValueError(f"{cls.__name__} implements hidden_act gelu_new, gelu and relu, got {get('hidden_act')!r}")
+        return cls(vocab_size=get("vocab_size"), embedding_size=get("embedding_size"), hidden_size=get("hidden_size"),
+                   num_layers=get("num_hidden_layers"), num_heads=get("num_attention_heads"),
+                   intermediate_size=get("intermediate_size"), max_position=get("max_position_embeddings"),
+                   type_vocab_size=get("type_vocab_size"), dropout=get("hidden_dropout_prob"),
+                   attention_dropout=get("attention_probs_dropout_prob"), layer_norm_eps=get("layer_norm_eps"),
+                   pad_id=get("pad_token_id", 0) or 0, initializer_range=get("initializer_range", 0.02),
+                   activation=activation, classifier_dropout=get("classifier_dropout_prob", 0.1), sharing="all")
 
 
-PUBLISHED: dict[str, AlbertConfig] = {"ALBERT-base": AlbertConfig.base(), "ALBERT-large": AlbertConfig.large(),
-                                      "ALBERT-xlarge": AlbertConfig.xlarge(), "ALBERT-xxlarge": AlbertConfig.xxlarge()}
+# Lan et al. (2020), Table 1 (E = 128, everything shared); a variant is ``PUBLISHED[name].replace(...)``.
+PUBLISHED: dict[str, AlbertConfig] = {
+    "ALBERT-base": AlbertConfig(hidden_size=768, num_layers=12, num_heads=12, intermediate_size=3072),
+    "ALBERT-large": AlbertConfig(hidden_size=1024, num_layers=24, num_heads=16, intermediate_size=4096),
+    "ALBERT-xlarge": AlbertConfig(hidden_size=2048, num_layers=24, num_heads=16, intermediate_size=8192),
+    "ALBERT-xxlarge": AlbertConfig(hidden_size=4096, num_layers=12, num_heads=64, intermediate_size=16384),
+}
 
 
 class AlbertEmbeddings(nn.Module):

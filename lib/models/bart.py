@@ -24,8 +24,9 @@ fairseq); ours starts at position 0 and the copy drops those two rows (never rea
 Interface
 ---------
 ``BartConfig(vocab_size, d_model=768, num_heads=12, encoder_layers=6, decoder_layers=6,
-d_ff=3072, dropout=0.1, max_len=1024, pad_id=0, layer_norm_eps=1e-5)``; ``BartConfig.base()``
-/ ``.large()`` are the published sizes (140M / 400M parameters with the 50,265-token vocabulary).
+d_ff=3072, dropout=0.1, max_len=1024, pad_id=0, layer_norm_eps=1e-5)``; ``BartConfig.from_hf(hf_config)``;
+``PUBLISHED["BART-base"]`` / ``["BART-large"]`` are the published sizes (140M / 400M parameters with
+the 50,265-token vocabulary).
 ``Bart(cfg)`` follows the encoder-decoder protocol of ``lib.generate``:
     ``encode(src, src_key_padding_mask=None) -> memory``;
     ``decoder_states(tgt, memory, memory_key_padding_mask=None, cache=None,
@@ -51,14 +52,14 @@ from typing import Mapping
 import torch
 import torch.nn as nn
 
-from lib.config import ModelConfig
+from lib.config import ModelConfig, hf_reader
 from lib.kv_cache import KVCache
 from lib.layers import layer_norm, num_parameters
 from lib.models.reference import Source, as_state_dict, copy_weights
 from lib.models.transformer import Decoder, Encoder, TeacherForcing
 from lib.validate import check_int, check_tensor
 
-__all__ = ["BartConfig", "Bart", "BartClassifier", "hf_bart_table", "load_hf_bart"]
+__all__ = ["BartConfig", "PUBLISHED", "Bart", "BartClassifier", "hf_bart_table", "load_hf_bart"]
 
 
 @dataclass
@@ -86,12 +87,28 @@ class BartConfig(ModelConfig):
         check_int("pad_id", self.pad_id, 0, self.vocab_size - 1)
 
     @classmethod
-    def base(cls, vocab_size: int = 50265) -> "BartConfig":
-        return cls(vocab_size, 768, 12, 6, 6, 3072)
+    def from_hf(cls, hf_config) -> "BartConfig":
+        """From a ``transformers.BartConfig`` (or its ``config.json`` as a dict): encoder and decoder of
+        one width and head count, GELU, no embedding scale. Our layers use one dropout rate everywhere:
+        Hugging Face's ``dropout`` (its attention and activation rates are not read)."""
+        get, need = hf_reader(hf_config, cls.__name__)
+        need("activation_function", ("gelu",), "gelu")
+        need("scale_embedding", (False,), False)
+        need("decoder_attention_heads", (get("encoder_attention_heads"),))
+        need("decoder_ffn_dim", (get("encoder_ffn_dim"),))
+        return cls(vocab_size=get("vocab_size"), d_model=get("d_model"), num_heads=get("encoder_attention_heads"),
+                   encoder_layers=get("encoder_layers"), decoder_layers=get("decoder_layers"),
+                   d_ff=get("encoder_ffn_dim"), dropout=get("dropout", 0.1), max_len=get("max_position_embeddings"),
+                   pad_id=get("pad_token_id", 1))
 
-    @classmethod
-    def large(cls, vocab_size: int = 50265) -> "BartConfig":
-        return cls(vocab_size, 1024, 16, 12, 12, 4096)
+
+# Lewis et al. (2020), section 3 (with GPT-2's 50,265-entry byte-level BPE): 140M and 400M parameters.
+PUBLISHED: dict[str, BartConfig] = {
+    "BART-base": BartConfig(vocab_size=50265, d_model=768, num_heads=12, encoder_layers=6, decoder_layers=6,
+                            d_ff=3072),
+    "BART-large": BartConfig(vocab_size=50265, d_model=1024, num_heads=16, encoder_layers=12, decoder_layers=12,
+                             d_ff=4096),
+}
 
 
 

@@ -43,7 +43,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from lib.config import ModelConfig
+from lib.config import ModelConfig, hf_reader
 from lib.attention import MultiHeadAttention
 from lib.layers import ACTIVATIONS, PositionwiseFeedForward, ResidualBlock, num_parameters as _count
 from lib.models.reference import Source, as_state_dict, copy_weights
@@ -85,33 +85,11 @@ class BertConfig(ModelConfig):
                              f"{self.layer_norm_eps}, {self.initializer_range}")
 
     @classmethod
-    def base(cls, **overrides) -> "BertConfig":
-        """BERT-base: 12 layers, hidden 768, 12 heads (Devlin et al., 2019)."""
-        return cls(**overrides)
-
-    @classmethod
-    def large(cls, **overrides) -> "BertConfig":
-        """BERT-large: 24 layers, hidden 1024, 16 heads (340M parameters)."""
-        return cls(**{"hidden_size": 1024, "num_layers": 24, "num_heads": 16, "intermediate_size": 4096,
-                      **overrides})
-
-    @classmethod
-    def minilm_l6(cls, **overrides) -> "BertConfig":
-        """all-MiniLM-L6-v2: 6 layers, hidden 384, 12 heads, BERT's uncased WordPiece vocabulary."""
-        return cls(**{"hidden_size": 384, "num_layers": 6, "num_heads": 12, "intermediate_size": 1536,
-                      **overrides})
-
-    @classmethod
     def from_hf(cls, hf_config) -> "BertConfig":
         """From a ``transformers.BertConfig`` (or its ``config.json`` as a dict)."""
-        get = (hf_config.get if isinstance(hf_config, Mapping)
-               else lambda k, d=None: getattr(hf_config, k, d))
-        act = get("hidden_act", "gelu")
-        if act != "gelu":
-            raise ValueError(f"only hidden_act='gelu' (the exact, erf GELU) is supported, got {act!r}")
-        pos = get("position_embedding_type", "absolute")
-        if pos not in (None, "absolute"):
-            raise ValueError(f"only absolute position embeddings are supported, got {pos!r}")
+        get, need = hf_reader(hf_config, cls.__name__)
+        need("hidden_act", ("gelu",), "gelu")                         # the exact, erf GELU
+        need("position_embedding_type", (None, "absolute"), "absolute")
         return cls(vocab_size=get("vocab_size"), hidden_size=get("hidden_size"),
                    num_layers=get("num_hidden_layers"), num_heads=get("num_attention_heads"),
                    intermediate_size=get("intermediate_size"), max_position=get("max_position_embeddings"),
@@ -121,11 +99,12 @@ class BertConfig(ModelConfig):
 
 
 
-# Published configurations (Devlin et al., 2019, section 3; Wang et al., 2020 for MiniLM).
+# Published configurations (Devlin et al., 2019, section 3; Wang et al., 2020 for MiniLM, with BERT's
+# uncased WordPiece vocabulary); a variant is ``PUBLISHED[name].replace(...)``.
 PUBLISHED: dict[str, BertConfig] = {
-    "BERT-base": BertConfig.base(),
-    "BERT-large": BertConfig.large(),
-    "all-MiniLM-L6-v2": BertConfig.minilm_l6(),
+    "BERT-base": BertConfig(),
+    "BERT-large": BertConfig(hidden_size=1024, num_layers=24, num_heads=16, intermediate_size=4096),
+    "all-MiniLM-L6-v2": BertConfig(hidden_size=384, num_layers=6, num_heads=12, intermediate_size=1536),
 }
 
 

@@ -30,7 +30,7 @@ Interface
 ``encode_word(word, max_chars) -> list[int]`` and ``encode_batch(sentences, max_chars)
     -> (chars (B, T, C), lengths (B,))``: the byte encoding (``<S>``/``</S>`` are
     ``BOS``/``EOS``; pass words, add the sentence markers yourself or with ``add_markers``).
-``ELMoConfig``: sizes; ``ELMoConfig.paper(vocab_size)`` is the published configuration.
+``ELMoConfig``: sizes; ``PUBLISHED["ELMo"]`` is the published configuration.
 ``BiLM(cfg)``: ``layers(chars, lengths) -> list of L+1 tensors (B, T, 2·proj)``;
     ``lm_loss(chars, lengths, targets) -> (loss, (forward_loss, backward_loss))``, mean
     cross-entropy per predicted word (``targets`` (B, T) word ids of the same sentences, with
@@ -59,7 +59,7 @@ warnings.filterwarnings("ignore", message="LSTM with projections is not supporte
                         category=UserWarning)
 
 __all__ = ["PAD", "BOW", "EOW", "BOS", "EOS", "CHAR_VOCAB", "encode_word", "encode_batch",
-           "ELMoConfig", "CharCNN", "Highway", "BiLM", "ScalarMix"]
+           "ELMoConfig", "PUBLISHED", "CharCNN", "Highway", "BiLM", "ScalarMix"]
 
 PAD, BOW, EOW = 0, 257, 258
 BOS, EOS = "<S>", "</S>"               # sentence markers (words of their own)
@@ -140,11 +140,11 @@ class ELMoConfig(ModelConfig):
     def channels(self) -> int:
         return sum(c for _, c in self.filters)
 
-    @classmethod
-    def paper(cls, vocab_size: int = 793_471) -> "ELMoConfig":
-        """Peters et al. (2018): 2048 filters, 2 highways, 512 projection, 2 x 4096-cell LSTMs.
-        The default ``vocab_size`` is the 1 Billion Word benchmark's."""
-        return cls(vocab_size=vocab_size)
+
+
+# Peters et al. (2018): 2048 filters, 2 highways, 512 projection, 2 x 4096-cell LSTMs (the defaults),
+# over the 793,471 words of the 1 Billion Word benchmark.
+PUBLISHED: dict[str, ELMoConfig] = {"ELMo": ELMoConfig(vocab_size=793_471)}
 
 
 # ----------------------------------------------------------------------------- 2. char CNN

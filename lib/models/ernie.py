@@ -37,6 +37,7 @@ from typing import Mapping
 import torch
 import torch.nn as nn
 
+from lib.config import hf_reader
 from lib.layers import num_parameters as _count
 from lib.models.bert import (BertConfig, BertEncoder, BertMLMHead, BertOutput, BertPooler, PreTrainingOutput,
                              check_inputs, hf_bert_table, init_bert_weights, mean_pool,
@@ -62,8 +63,7 @@ class ErnieConfig(BertConfig):
     @classmethod
     def from_hf(cls, hf_config) -> "ErnieConfig":
         """From a ``transformers.ErnieConfig`` (or its ``config.json`` as a dict)."""
-        get = (hf_config.get if isinstance(hf_config, Mapping)
-               else lambda k, d=None: getattr(hf_config, k, d))
+        get, _ = hf_reader(hf_config, cls.__name__)
         return super().from_hf(hf_config).replace(use_task_id=bool(get("use_task_id", False)),
                                                   task_type_vocab_size=get("task_type_vocab_size", 3))
 

@@ -52,7 +52,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from lib.config import ModelConfig
+from lib.config import ModelConfig, hf_reader
 from lib import kv_cache
 from lib.attention import MultiHeadAttention, look_ahead_mask
 from lib.kv_cache import KVCache
@@ -85,6 +85,21 @@ class GPTConfig(ModelConfig):
             raise ValueError(f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+
+    @classmethod
+    def from_hf(cls, hf_config) -> "GPTConfig":
+        """From a ``transformers.GPT2Config`` or ``OpenAIGPTConfig`` (or its ``config.json`` as a dict):
+        GPT-1 (``model_type`` "openai-gpt") is the post-LN model, GPT-2 the pre-LN one."""
+        get, need = hf_reader(hf_config, cls.__name__)
+        kind = need("model_type", ("gpt2", "openai-gpt"))
+        # GELU in the tanh approximation, which transformers' GPT-1 calls "gelu" and its GPT-2 "gelu_new"
+        need("activation_function", ("gelu_new",), "gelu_new") if kind == "gpt2" else need("afn", ("gelu",), "gelu")
+        dropout = get("resid_pdrop", 0.1)
+        need("embd_pdrop", (dropout,), dropout)
+        need("attn_pdrop", (dropout,), dropout)
+        return cls(vocab_size=get("vocab_size"), block_size=get("n_positions"), n_layer=get("n_layer"),
+                   n_head=get("n_head"), n_embd=get("n_embd"), dropout=dropout, norm_first=kind == "gpt2",
+                   layer_norm_eps=get("layer_norm_epsilon", 1e-5), tie_weights=bool(get("tie_word_embeddings", True)))
 
 
 # Published configurations (vocabulary, context, layers, heads, width).

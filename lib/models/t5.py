@@ -53,7 +53,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from lib.config import ModelConfig
+from lib.config import ModelConfig, hf_reader
 from lib import kv_cache
 from lib.attention import look_ahead_mask, merge_heads, split_heads
 from lib.kv_cache import KVCache
@@ -108,6 +108,25 @@ class T5Config(ModelConfig):
             raise ValueError(f"T5Config.dropout must be in [0, 1), got {self.dropout}")
         for name in ("pad_id", "eos_id", "decoder_start_id"):
             check_int(f"T5Config.{name}", getattr(self, name), 0, self.vocab_size - 1)
+
+    @classmethod
+    def from_hf(cls, hf_config) -> "T5Config":
+        """From a ``transformers.T5Config`` (or its ``config.json`` as a dict)."""
+        get, need = hf_reader(hf_config, cls.__name__)
+        feed_forward = need("feed_forward_proj", tuple(FEED_FORWARD), "relu")
+        # transformers 5 always sets tie_word_embeddings and keeps "scale the decoder output" (what an
+        # untied T5 v1.1 does not do) in scale_decoder_outputs; a config.json of version 4 has only the first
+        tie = get("scale_decoder_outputs")
+        tie = get("tie_word_embeddings", True) if tie is None else tie
+        return cls(vocab_size=get("vocab_size"), d_model=get("d_model"), d_kv=get("d_kv"), d_ff=get("d_ff"),
+                   num_heads=get("num_heads"), num_layers=get("num_layers"),
+                   num_decoder_layers=get("num_decoder_layers"),
+                   relative_attention_num_buckets=get("relative_attention_num_buckets", 32),
+                   relative_attention_max_distance=get("relative_attention_max_distance", 128),
+                   dropout=get("dropout_rate", 0.1), layer_norm_eps=get("layer_norm_epsilon", 1e-6),
+                   feed_forward=feed_forward, tie_word_embeddings=bool(tie),
+                   pad_id=get("pad_token_id", 0), eos_id=get("eos_token_id", 1),
+                   decoder_start_id=get("decoder_start_token_id", 0))
 
 
 

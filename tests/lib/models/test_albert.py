@@ -33,7 +33,9 @@ def _inputs():
 def test_pretraining_outputs_equal_hugging_face():
     torch.manual_seed(0)
     hf = randomise(transformers.AlbertForPreTraining(_hf_config())).eval()
-    ours = load_hf_albert(AlbertForPreTraining(AlbertConfig(**SMALL, dropout=0.0, attention_dropout=0.0)), hf).eval()
+    cfg = AlbertConfig.from_hf(hf.config)
+    assert cfg == AlbertConfig(**SMALL, dropout=0.0, attention_dropout=0.0, classifier_dropout=0.0)
+    ours = load_hf_albert(AlbertForPreTraining(cfg), hf).eval()
     ids, types, mask = _inputs()
     with torch.no_grad():
         ref = hf(input_ids=ids, token_type_ids=types, attention_mask=mask)
@@ -98,6 +100,13 @@ def test_partial_sharing_ties_the_modules(sharing):
     assert (getattr(first, sharing) is getattr(last, sharing))
     other = "ffn" if sharing == "attention" else "attention"
     assert getattr(first, other) is not getattr(last, other)
+
+
+def test_from_hf_refuses_layer_groups_and_unknown_activations():
+    with pytest.raises(ValueError, match="num_hidden_groups"):
+        AlbertConfig.from_hf(_hf_config(num_hidden_groups=2))
+    with pytest.raises(ValueError, match="hidden_act"):
+        AlbertConfig.from_hf(_hf_config(hidden_act="silu"))
 
 
 def test_bad_config_is_rejected():

@@ -22,9 +22,19 @@ def _pair(seed=0):
         max_position_embeddings=SMALL["max_len"], dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
         pad_token_id=0, bos_token_id=BOS, eos_token_id=EOS, decoder_start_token_id=BOS)).eval()
     randomise(hf, seed=seed + 1)
-    ours = Bart(BartConfig(**SMALL, dropout=0.0)).eval()
+    cfg = BartConfig.from_hf(hf.config)
+    assert cfg == BartConfig(**SMALL, dropout=0.0)
+    ours = Bart(cfg).eval()
     load_hf_bart(ours, hf)
     return ours, hf
+
+
+def test_from_hf_refuses_what_the_course_bart_does_not_implement():
+    hf = transformers.BartConfig(vocab_size=61, d_model=32, encoder_attention_heads=4, decoder_attention_heads=4)
+    assert BartConfig.from_hf(hf).num_heads == 4 and BartConfig.from_hf(hf.to_dict()) == BartConfig.from_hf(hf)
+    for change in ({"decoder_attention_heads": 2}, {"scale_embedding": True}, {"activation_function": "relu"}):
+        with pytest.raises(ValueError, match=next(iter(change))):
+            BartConfig.from_hf({**hf.to_dict(), **change})
 
 
 def _batch(seed=0):

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from lib.models import elmo
-from lib.models.elmo import BOW, EOW, PAD, BiLM, ELMoConfig, ScalarMix, encode_batch, encode_word
+from lib.models.elmo import BOW, EOW, PAD, PUBLISHED, BiLM, ELMoConfig, ScalarMix, encode_batch, encode_word
 
 
 def tiny(**kw) -> ELMoConfig:
@@ -44,8 +44,8 @@ def test_shapes_and_parameter_count_of_the_paper_model():
     assert len(layers) == cfg.lstm_layers + 1 and all(h.shape == (3, 7, 2 * cfg.proj) for h in layers)
     assert torch.equal(layers[0][..., :cfg.proj], layers[0][..., cfg.proj:])
     with torch.device("meta"):
-        paper = BiLM(ELMoConfig.paper())
-    assert ELMoConfig.paper().channels == 2048
+        paper = BiLM(PUBLISHED["ELMo"])
+    assert PUBLISHED["ELMo"].channels == 2048
     # Peters et al. (2018): 93.6M parameters without the softmax (and the 262 x 16 byte table)
     assert round(paper.num_parameters(exclude_embeddings=True) / 1e5) == 937
     assert paper.num_parameters() - paper.num_parameters(True) == 261 * 16 + 793_471 * 513

@@ -29,7 +29,8 @@ def _gpt2_pair():
         n_layer=SMALL["n_layer"], n_head=SMALL["n_head"], resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
         bos_token_id=0, eos_token_id=0)).eval()
     randomise(hf)
-    cfg = GPTConfig(**SMALL)
+    cfg = GPTConfig.from_hf(hf.config)
+    assert cfg == GPTConfig(**SMALL)
     ours = GPT(cfg).eval()
     load_hf_gpt(ours, hf)
     return ours, hf
@@ -42,7 +43,8 @@ def _gpt1_pair():
         n_layer=SMALL["n_layer"], n_head=SMALL["n_head"], resid_pdrop=0.0, embd_pdrop=0.0,
         attn_pdrop=0.0)).eval()
     randomise(hf)
-    cfg = GPTConfig(**SMALL, norm_first=False)
+    cfg = GPTConfig.from_hf(hf.config)
+    assert cfg == GPTConfig(**SMALL, norm_first=False)
     ours = GPT(cfg).eval()
     load_hf_gpt(ours, hf)
     return ours, hf

@@ -83,10 +83,19 @@ def _pair(feed_forward, tie, seed=0, **changes):
         **sizes, feed_forward_proj=feed_forward, tie_word_embeddings=tie, dropout_rate=0.0,
         decoder_start_token_id=0, pad_token_id=0, eos_token_id=1)).eval()
     randomise(hf, seed=seed + 1, only="layer_norm")   # norm weights away from 1, so a forgotten one shows
-    cfg = T5Config(**sizes, feed_forward=feed_forward, tie_word_embeddings=tie, dropout=0.0)
+    cfg = T5Config.from_hf(hf.config)
+    assert cfg == T5Config(**sizes, feed_forward=feed_forward, tie_word_embeddings=tie, dropout=0.0)
+    assert T5Config.from_hf(hf.config.to_dict()) == cfg
     ours = T5(cfg).eval()
     load_hf_t5(ours, hf)
     return ours, hf
+
+
+def test_from_hf_refuses_what_the_course_t5_does_not_implement():
+    with pytest.raises(ValueError, match="feed_forward_proj"):
+        T5Config.from_hf({**SMALL, "feed_forward_proj": "gated-silu"})
+    with pytest.raises(TypeError, match="T5Config"):
+        T5Config.from_hf(SMALL.items())
 
 
 def _batch(seed=0):

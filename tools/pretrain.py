@@ -1056,10 +1056,13 @@ def card_markdown(card: dict) -> str:
              + f" (a dtype is used when within {h['tolerance_nats']:g} nats).",
              "- **Commit**: " + ", ".join(f"`{c}`" for c in card.get("commits", [card["commit"]]))
              + (" (with uncommitted changes)" if card["uncommitted_changes"] else ""),
-             f"- **Rebuild**: `{card['command']}`", "",
-             "| step | tokens | train loss | held-out loss |", "|---:|---:|---:|---:|"]
+             f"- **Rebuild**: `{card['command']}`", ""]
+    # encoder-decoder kinds: the held-out targets also after another example's input (does it read it?)
+    other = bool(h["curve"]) and all("heldout_loss_other_input" in c for c in h["curve"])
+    lines += ["| step | tokens | train loss | held-out loss |" + (" after another input |" if other else ""),
+              "|---:|---:|---:|---:|" + ("---:|" if other else "")]
     lines += [f"| {c['step']:,} | {c['tokens']:,} | {c['train_loss'] if c['train_loss'] is not None else '—'} | "
-              f"{c['heldout_loss']} |" for c in h["curve"]]
+              f"{c['heldout_loss']} |" + (f" {c['heldout_loss_other_input']} |" if other else "") for c in h["curve"]]
     return "\n".join(lines) + "\n"
 
 

@@ -251,7 +251,9 @@ def test_the_t5_recipe_corrupts_spans_with_the_last_ids_as_sentinels_and_loads_a
     assert result["card"]["training"]["precision"] == "fp32"
     # T5's optimiser: Adafactor's factored second moments (a row and a column vector per matrix, a full
     # one per vector) are what the resume state holds, and the card names it
-    assert result["card"]["training"]["optimizer"] == "adafactor" and "adafactor at lr 0.01" in (tmp_path / "out" / "t5-mix-tiny" / "card.md").read_text()
+    card_md = (tmp_path / "out" / "t5-mix-tiny" / "card.md").read_text()
+    assert result["card"]["training"]["optimizer"] == "adafactor" and "adafactor at lr 0.01" in card_md
+    assert "| after another input |" in card_md     # the curve's column for the input-reading test
     moments = read_checkpoint(tmp_path / "s" / "t5-mix-tiny" / "state.pt")["optimizer"]["state"]
     kinds = [frozenset(m) - {"step"} for m in moments.values()]
     assert set(kinds) == {frozenset({"row_var", "col_var"}), frozenset({"variance"})}

@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from types import MappingProxyType
+from collections.abc import Mapping
 from typing import Any
 
 ENV_VAR = "COURSE_MODE"
@@ -51,7 +52,7 @@ def hf_reader(hf_config: Any, model: str):
     """``get(key, default)`` over a ``transformers`` configuration or its ``config.json`` as a dict,
     and ``need(key, allowed, default)``, which raises ValueError, naming ``model`` and the key, when a
     setting the course's model does not implement has another value (the ``from_hf`` of each model)."""
-    if isinstance(hf_config, dict):
+    if isinstance(hf_config, Mapping):
         get = hf_config.get
     elif hasattr(hf_config, "to_dict"):
         get = lambda key, default=None: getattr(hf_config, key, default)    # noqa: E731

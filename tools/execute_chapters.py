@@ -11,7 +11,8 @@ A notebook whose code has not changed since it was cached is not run again.
     python tools/execute_chapters.py            # all chapters in _toc.yml
     python tools/execute_chapters.py chapters/01_seq2seq_attention.ipynb
 
-Prints the time each notebook took and writes them to ``_build/chapter_timings.json``.
+Prints the time each notebook took and its five slowest cells, and writes them to
+``_build/chapter_timings.json`` and ``_build/cell_timings.json`` (every code cell's seconds).
 Chapters run side by side where the machine has the cores for it (``--jobs``, see
 ``default_jobs``): each chapter's time is then measured beside another chapter.
 Exit status 1 if any notebook failed or ran out of time.
@@ -105,11 +106,38 @@ def run_one(src: Path, out: Path) -> None:
 
     nb = nbformat.read(src, as_version=4)
     result = single_nb_execution(nb, cwd=str(src.parent), timeout=None, allow_errors=False,
-                                 meta_override=True)
+                                 meta_override=True, record_timing=True)
     if result.err is not None:
         print(result.exc_string, file=sys.stderr)
         sys.exit(1)
+    out.with_suffix(".cells.json").write_text(json.dumps(cell_seconds(nb)))
     nbformat.write(nb, out)
+
+
+def cell_seconds(nb) -> list[list]:
+    """``[[cell number, seconds, first line], ...]`` of the executed code cells, from the timestamps
+    nbclient records; the timestamps are taken out of the notebook (the cache and the page keep none)."""
+    from datetime import datetime
+
+    rows = []
+    for i, cell in enumerate(nb.cells):
+        stamps = cell.get("metadata", {}).pop("execution", None)
+        if cell.cell_type != "code" or not stamps:
+            continue
+        try:
+            start, end = (datetime.fromisoformat(stamps[k].replace("Z", "+00:00"))
+                          for k in ("iopub.execute_input", "shell.execute_reply"))
+        except KeyError:
+            continue
+        first = next((line for line in cell.source.splitlines() if line.strip() and not line.startswith("#")), "")
+        rows.append([i, round((end - start).total_seconds(), 1), first[:60]])
+    return rows
+
+
+def slowest_cells(rows: list[list], n: int = 5) -> str:
+    """The ``n`` slowest cells as one line: ``cell 33 82.1 s (for n in hp.clf_sizes:), ...``."""
+    top = sorted(rows, key=lambda r: -r[1])[:n]
+    return ", ".join(f"cell {i} {s:.1f} s ({line.strip()})" for i, s, line in top)
 
 
 # ----------------------------------------------------------------------------- the output check
@@ -199,7 +227,7 @@ def execute(paths: list[Path], budget: int, cache_dir: Path = CACHE, *, force: b
     from jupyter_cache.base import CacheBundleIn
 
     cache = get_cache(str(cache_dir))
-    timings, failed, report = {}, [], {}
+    timings, cell_timings, failed, report = {}, {}, [], {}
 
     def checked(rel, nb, executed, seconds):
         problems = compare_outputs(nb, executed) if check else []
@@ -241,6 +269,10 @@ def execute(paths: list[Path], budget: int, cache_dir: Path = CACHE, *, force: b
             report[rel] = (seconds, f"failed after {seconds:.0f} s (an error in a cell, see the log)")
         else:
             executed = nbformat.read(out, as_version=4)
+            cells_file = out.with_suffix(".cells.json")
+            if cells_file.exists():
+                cell_timings[rel] = json.loads(cells_file.read_text())
+                print(f"[execute] {rel}: slowest cells: {slowest_cells(cell_timings[rel])}", flush=True)
             cache.cache_notebook_bundle(CacheBundleIn(executed, str(path), data={"execution_seconds": seconds}),
                                         check_validity=False, overwrite=True)
             print(f"[execute] {rel}: {seconds:.0f} s", flush=True)
@@ -268,6 +300,7 @@ def execute(paths: list[Path], budget: int, cache_dir: Path = CACHE, *, force: b
             finish(job, code)
     (ROOT / "_build").mkdir(exist_ok=True)
     (ROOT / "_build" / "chapter_timings.json").write_text(json.dumps(timings, indent=1) + "\n")
+    (ROOT / "_build" / "cell_timings.json").write_text(json.dumps(cell_timings, indent=1, ensure_ascii=False) + "\n")
     if junit is not None:
         write_junit(junit, report)
     if failed:

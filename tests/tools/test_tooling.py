@@ -226,6 +226,26 @@ def test_execute_chapters_caches_a_notebook_and_kills_one_over_budget(tmp_path, 
         execute_chapters.ROOT = root
 
 
+def test_execute_chapters_reports_each_cells_time_and_caches_no_timestamps(tmp_path, capsys):
+    """The slow cell is named with its seconds (printed and in _build/cell_timings.json); the
+    timestamps nbclient records to measure it stay out of the cached notebook."""
+    cache = tmp_path / "cache"
+    nap = make_notebook(tmp_path / "nap.ipynb", "import time\ntime.sleep(1.5)")
+    execute_chapters.ROOT, root = tmp_path, execute_chapters.ROOT
+    try:
+        assert execute_chapters.execute([nap], budget=120, cache_dir=cache) == 0
+        from jupyter_cache import get_cache
+
+        record = get_cache(str(cache)).match_cache_notebook(nbformat.read(nap, as_version=4))
+        cached = get_cache(str(cache)).get_cache_bundle(record.pk).nb
+        assert "execution" not in cached.cells[0].metadata
+        [[index, seconds, line]] = json.loads((tmp_path / "_build" / "cell_timings.json").read_text())["nap.ipynb"]
+        assert index == 0 and 1.4 <= seconds < 30 and line == "import time"
+        assert f"slowest cells: cell 0 {seconds:.1f} s (import time)" in capsys.readouterr().out
+    finally:
+        execute_chapters.ROOT = root
+
+
 def test_execute_chapters_runs_chapters_side_by_side(tmp_path, capsys):
     """--jobs 2: two chapters run at once (two 6-second notebooks take well under 12 s), each
     result is cached, and a failing or over-budget one among them is still reported."""

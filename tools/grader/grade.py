@@ -106,8 +106,10 @@ def grade_notebook(nb_path: Path, tests: dict[str, str], timeout: float = 60.0,
 
     if pool is None:
         box_ctx = tempfile.TemporaryDirectory(prefix="grade-")
-    else:   # trusted notebooks: the pooled kernel keeps its box
-        box_ctx = contextlib.nullcontext(str(pool.setdefault("box", tempfile.mkdtemp(prefix="grade-pool-"))))
+    else:   # trusted notebooks: the pooled kernel keeps its box (one per pool; its owner removes it)
+        if "box" not in pool:
+            pool["box"] = tempfile.mkdtemp(prefix="grade-pool-")
+        box_ctx = contextlib.nullcontext(str(pool["box"]))
     with box_ctx as work:
         box = Path(work)
         (box / "work").mkdir(exist_ok=True)

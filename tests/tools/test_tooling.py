@@ -204,6 +204,14 @@ def test_strip_outputs_keeps_only_checked_cells(tmp_path):
     assert strip_outputs.main(["--check", str(path)]) == 0
 
 
+def cached_notebook(cache: Path, path: Path):
+    """The executed notebook the cache holds for ``path``."""
+    from jupyter_cache import get_cache
+
+    record = get_cache(str(cache)).match_cache_notebook(nbformat.read(path, as_version=4))
+    return get_cache(str(cache)).get_cache_bundle(record.pk).nb
+
+
 def test_execute_chapters_caches_a_notebook_and_kills_one_over_budget(tmp_path, capsys):
     cache = tmp_path / "cache"
     quick = make_notebook(tmp_path / "quick.ipynb", "x = 6 * 7\nprint(x)")
@@ -211,10 +219,7 @@ def test_execute_chapters_caches_a_notebook_and_kills_one_over_budget(tmp_path, 
     execute_chapters.ROOT, root = tmp_path, execute_chapters.ROOT
     try:
         assert execute_chapters.execute([quick], budget=120, cache_dir=cache) == 0
-        from jupyter_cache import get_cache
-
-        record = get_cache(str(cache)).match_cache_notebook(nbformat.read(quick, as_version=4))
-        cached = get_cache(str(cache)).get_cache_bundle(record.pk).nb
+        cached = cached_notebook(cache, quick)
         assert "42" in cached.cells[0].outputs[0]["text"]
         assert execute_chapters.execute([quick], budget=120, cache_dir=cache) == 0
         assert "cached, not run again" in capsys.readouterr().out
@@ -234,10 +239,7 @@ def test_execute_chapters_reports_each_cells_time_and_caches_no_timestamps(tmp_p
     execute_chapters.ROOT, root = tmp_path, execute_chapters.ROOT
     try:
         assert execute_chapters.execute([nap], budget=120, cache_dir=cache) == 0
-        from jupyter_cache import get_cache
-
-        record = get_cache(str(cache)).match_cache_notebook(nbformat.read(nap, as_version=4))
-        cached = get_cache(str(cache)).get_cache_bundle(record.pk).nb
+        cached = cached_notebook(cache, nap)
         assert "execution" not in cached.cells[0].metadata
         [[index, seconds, line]] = json.loads((tmp_path / "_build" / "cell_timings.json").read_text())["nap.ipynb"]
         assert index == 0 and 1.4 <= seconds < 30 and line == "import time"

@@ -59,7 +59,8 @@ def main(argv=None) -> dict:
             wall = time.perf_counter() - start
         if code != 0:
             raise SystemExit(f"{name}: a chapter failed")
-        per = json.loads(timings_file.read_text())
+        ran = {p.relative_to(REPO).as_posix() for p in paths}
+        per = {k: v for k, v in json.loads(timings_file.read_text()).items() if k in ran}
         rows.append({"config": name, "threads_per_chapter": threads, "jobs": jobs, "wall_s": round(wall, 1),
                      "chapter_s": per, "load_average_before": load})
         print(f"{name:24s} {wall:7.1f} s  " + "  ".join(f"{Path(k).stem[:2]} {v:.0f}" for k, v in per.items()),

@@ -11,8 +11,9 @@ A notebook whose code has not changed since it was cached is not run again.
     python tools/execute_chapters.py            # all chapters in _toc.yml
     python tools/execute_chapters.py chapters/01_seq2seq_attention.ipynb
 
-Prints the time each notebook took and its five slowest cells, and writes them to
-``_build/chapter_timings.json`` and ``_build/cell_timings.json`` (every code cell's seconds).
+Prints the time each notebook took and its five slowest cells, and records them in
+``_build/chapter_timings.json`` and ``_build/cell_timings.json`` (every code cell's seconds): a notebook
+that runs replaces its entry, a cached one keeps the entry of its last run.
 Chapters run side by side where the machine has the cores for it (``--jobs``, see
 ``default_jobs``): each chapter's time is then measured beside another chapter.
 Exit status 1 if any notebook failed or ran out of time.
@@ -221,6 +222,21 @@ def write_junit(path: Path, results: dict[str, tuple[float, str | None]]) -> Non
 
 # ----------------------------------------------------------------------------- execution
 
+def record_timings(path: Path, new: dict) -> None:
+    """Merge ``new`` (notebook -> its timing) into the JSON file ``path``: a notebook that ran now
+    replaces its entry, the others keep theirs (a later run that finds every chapter cached, as the book
+    build's does after the test pass's, must not erase what the test pass measured). Written to a
+    temporary file, then renamed."""
+    try:
+        old = json.loads(path.read_text()) if path.exists() else {}
+    except ValueError:
+        old = {}                           # unreadable: start again
+    merged = {**(old if isinstance(old, dict) else {}), **new}
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(merged, indent=1, ensure_ascii=False) + "\n")
+    tmp.replace(path)
+
+
 def execute(paths: list[Path], budget: int, cache_dir: Path = CACHE, *, force: bool = False,
             check: bool = False, junit: Path | None = None, jobs: int = 1) -> int:
     from jupyter_cache import get_cache
@@ -299,8 +315,8 @@ def execute(paths: list[Path], budget: int, cache_dir: Path = CACHE, *, force: b
             del running[proc]
             finish(job, code)
     (ROOT / "_build").mkdir(exist_ok=True)
-    (ROOT / "_build" / "chapter_timings.json").write_text(json.dumps(timings, indent=1) + "\n")
-    (ROOT / "_build" / "cell_timings.json").write_text(json.dumps(cell_timings, indent=1, ensure_ascii=False) + "\n")
+    record_timings(ROOT / "_build" / "chapter_timings.json", timings)
+    record_timings(ROOT / "_build" / "cell_timings.json", cell_timings)
     if junit is not None:
         write_junit(junit, report)
     if failed:

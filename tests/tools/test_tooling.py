@@ -233,7 +233,8 @@ def test_execute_chapters_caches_a_notebook_and_kills_one_over_budget(tmp_path, 
 
 def test_execute_chapters_reports_each_cells_time_and_caches_no_timestamps(tmp_path, capsys):
     """The slow cell is named with its seconds (printed and in _build/cell_timings.json); the
-    timestamps nbclient records to measure it stay out of the cached notebook."""
+    timestamps nbclient records to measure it stay out of the cached notebook; a cached run keeps
+    the timings of the run that measured them."""
     cache = tmp_path / "cache"
     nap = make_notebook(tmp_path / "nap.ipynb", "import time\ntime.sleep(1.5)")
     execute_chapters.ROOT, root = tmp_path, execute_chapters.ROOT
@@ -244,6 +245,12 @@ def test_execute_chapters_reports_each_cells_time_and_caches_no_timestamps(tmp_p
         [[index, seconds, line]] = json.loads((tmp_path / "_build" / "cell_timings.json").read_text())["nap.ipynb"]
         assert index == 0 and 1.4 <= seconds < 30 and line == "import time"
         assert f"slowest cells: cell 0 {seconds:.1f} s (import time)" in capsys.readouterr().out
+        # a later run that finds it cached (the book build after the test pass) keeps what was measured
+        assert execute_chapters.execute([nap], budget=120, cache_dir=cache) == 0
+        assert "cached, not run again" in capsys.readouterr().out
+        timings = json.loads((tmp_path / "_build" / "chapter_timings.json").read_text())
+        assert timings["nap.ipynb"] >= 1.4
+        assert json.loads((tmp_path / "_build" / "cell_timings.json").read_text())["nap.ipynb"][0][1] == seconds
     finally:
         execute_chapters.ROOT = root
 

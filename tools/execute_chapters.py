@@ -225,16 +225,18 @@ def write_junit(path: Path, results: dict[str, tuple[float, str | None]]) -> Non
 def record_timings(path: Path, new: dict) -> None:
     """Merge ``new`` (notebook -> its timing) into the JSON file ``path``: a notebook that ran now
     replaces its entry, the others keep theirs (a later run that finds every chapter cached, as the book
-    build's does after the test pass's, must not erase what the test pass measured). Written to a
-    temporary file, then renamed."""
+    build's does after the test pass's, must not erase what the test pass measured). Written with
+    ``lib.io.atomic_write`` (a temporary file, then renamed)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from lib.io import atomic_write
+
     try:
         old = json.loads(path.read_text()) if path.exists() else {}
     except ValueError:
         old = {}                           # unreadable: start again
     merged = {**(old if isinstance(old, dict) else {}), **new}
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(merged, indent=1, ensure_ascii=False) + "\n")
-    tmp.replace(path)
+    with atomic_write(path, "w", encoding="utf-8") as f:
+        f.write(json.dumps(merged, indent=1, ensure_ascii=False) + "\n")
 
 
 def execute(paths: list[Path], budget: int, cache_dir: Path = CACHE, *, force: bool = False,

@@ -56,7 +56,7 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parent.parent.parent
 sys.path.insert(0, str(REPO))
 
 from lib import checkpoints, device, train  # noqa: E402
@@ -65,6 +65,7 @@ from lib.io import atomic_write, sha256 as file_sha256  # noqa: E402
 from lib.models.t5 import COURSE_SENTINELS  # noqa: E402
 from lib.train.checkpoint import read_checkpoint  # noqa: E402
 from lib.train.loaders import epoch_seed  # noqa: E402
+from tools.pretrain import translation  # noqa: E402
 
 SCRATCH = REPO / ".pretrain"
 T5_SENTINELS = COURSE_SENTINELS   # t5-span: <extra_id_0> is the model's last id, <extra_id_31> the 32nd from the end
@@ -157,14 +158,18 @@ OPTIMIZERS: dict[str, Callable] = {
 class Recipe:
     """Everything a pretraining run depends on (besides the token budget and the snapshots)."""
     name: str
-    kind: str                       # a lib.checkpoints.MODEL_KINDS key: bert-mlm, gpt-lm, bart-denoise, elmo-bilm, t5-span
+    kind: str                       # a lib.checkpoints.MODEL_KINDS key: bert-mlm, gpt-lm, bart-denoise, elmo-bilm, t5-span,
+                                    # or seq2seq (the translation family: tools/pretrain/translation.py)
     description: str
-    corpus: str                     # a CORPORA key
+    corpus: str                     # a CORPORA key, or a translation.PAIR_CORPORA key for the translation family
     model: dict                     # model configuration (vocabulary size and length are added)
     tokenizer: str = "bpe"          # lib.text.train_tokenizer kind ("bpe", "wordpiece"), or "words" (elmo-bilm)
     vocab_size: int = 8000
     lowercase: bool = False
-    seq_len: int = 64               # tokens per packed sequence
+    seq_len: int = 64               # tokens per packed sequence; translation: the longest training sentence, in words
+    unit: str = "tokens"            # what a step's batch counts: "tokens" (packed sequences) or "pairs" (translation)
+    target_vocab_size: int | None = None  # translation: the target side's vocabulary (vocab_size is the source's)
+    clip_grad: float | None = None  # gradient-norm clipping (lib.train.fit's clip_grad)
     batch_size: int = 64            # sequences per optimizer step, all processes together
     optimizer: str = "adamw"        # a OPTIMIZERS key: "adamw", or "adafactor" (T5's, lr a relative step)
     lr: float = 1e-3
@@ -187,13 +192,21 @@ class Recipe:
             raise ValueError(f"recipe {self.name}: masking must be 'token' or 'knowledge', got {self.masking!r}")
         if self.masking == "knowledge" and self.kind != "bert-mlm":
             raise ValueError(f"recipe {self.name}: knowledge masking is for bert-mlm, not {self.kind}")
-        if (self.tokenizer == "words") != (self.kind == "elmo-bilm"):
+        if (self.unit == "pairs") != (self.kind in translation.PAIR_KINDS):
+            raise ValueError(f"recipe {self.name}: a translation kind ({', '.join(sorted(translation.PAIR_KINDS))}) "
+                             f"counts pairs (unit='pairs'), and only it does; got kind {self.kind} with unit {self.unit!r}")
+        if self.unit == "pairs":
+            if self.tokenizer != "words" or self.target_vocab_size is None:
+                raise ValueError(f"recipe {self.name}: a translation recipe reads words (tokenizer='words') with a "
+                                 "vocabulary for each side (target_vocab_size)")
+        elif (self.tokenizer == "words") != (self.kind == "elmo-bilm"):
             raise ValueError(f"recipe {self.name}: an elmo-bilm model reads words (tokenizer='words'), and only it does; "
                              f"got kind {self.kind} with tokenizer {self.tokenizer!r}")
 
     @property
     def tokens_per_step(self) -> int:
-        return self.batch_size * self.seq_len
+        """The budget's unit read per step: tokens of packed sequences, or pairs (``unit="pairs"``)."""
+        return self.batch_size * (1 if self.unit == "pairs" else self.seq_len)
 
     @property
     def source_len(self) -> int:
@@ -255,6 +268,16 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in [
            corpus="t5-mix", model=dict(d_model=128, d_kv=32, d_ff=512, num_heads=4, num_layers=2, dropout=0.0),
            lowercase=True, seq_len=128, batch_size=64, optimizer="adafactor", lr=1e-2, weight_decay=0.0,
            tokens=40_000_000, heldout_sequences=512, mask_prob=0.15),
+    # Chapter 1's two translators, English -> French: the same GRU encoder-decoder with one fixed context
+    # vector or with Luong's dot attention, the same data order, budget and schedule. 6,000 steps of 64
+    # pairs are three passes over the 128,463 training pairs (0.17 s a step on one CPU thread).
+    *[Recipe(f"s2s-{arm}-fra-eng", "seq2seq", f"GRU encoder-decoder (128-d words, 256-d states) {what}, "
+             "English -> French on the Tatoeba pairs whose English sentence is not held out (chapter 1)",
+             corpus="tatoeba-fra-eng", tokenizer="words", vocab_size=5_000, target_vocab_size=6_000, lowercase=True,
+             model=dict(emb_dim=128, hidden_dim=256, cell="gru", attention=arm == "attention"), unit="pairs",
+             seq_len=25, batch_size=64, lr=2e-3, weight_decay=0.0, clip_grad=1.0, tokens=384_000,
+             eval_every_tokens=32_000, log_every_tokens=3_200, heldout_sequences=2_048)
+      for arm, what in (("fixed", "with one fixed context vector"), ("attention", "with dot-product (Luong) attention"))],
     # for the tests: the same code on 3,000 rows of the crawl, a model of a few thousand parameters
     Recipe("ko-bert-tiny", "bert-mlm", "test recipe: ko-bert's code at toy size", corpus="nsmc-first-3000",
            model=dict(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64), vocab_size=400,
@@ -279,6 +302,11 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in [
            lowercase=True, seq_len=32, batch_size=8, optimizer="adafactor", lr=1e-2, weight_decay=0.0,
            tokens=8 * 32 * 12, eval_every_tokens=8 * 32 * 4, log_every_tokens=8 * 32, heldout_every=10,
            heldout_sequences=16, mask_prob=0.15),
+    Recipe("s2s-attention-tiny", "seq2seq", "test recipe: the translators' code at toy size", corpus="tatoeba-fra-eng",
+           tokenizer="words", vocab_size=200, target_vocab_size=200, lowercase=True,
+           model=dict(emb_dim=8, hidden_dim=16, cell="gru", attention=True), unit="pairs", seq_len=25, batch_size=8,
+           weight_decay=0.0, clip_grad=1.0, tokens=8 * 12, eval_every_tokens=8 * 4, log_every_tokens=8,
+           heldout_sequences=16),
     Recipe("gpt-imdb-tiny", "gpt-lm", "test recipe: gpt-imdb's code at toy size", corpus="nsmc-first-3000",
            model=dict(n_layer=2, n_head=2, n_embd=32, dropout=0.1), vocab_size=400, seq_len=32, batch_size=8,
            tokens=8 * 32 * 12, eval_every_tokens=8 * 32 * 4, log_every_tokens=8 * 32, heldout_every=10,
@@ -344,7 +372,9 @@ def _data_fingerprint(recipe: Recipe) -> dict:
                    "lowercase": recipe.lowercase, "kind": recipe.kind, "heldout_every": recipe.heldout_every}
     if recipe.masking != "token":           # (token masking needs no units: its old caches stay valid)
         fingerprint["masking"] = recipe.masking
-    if recipe.tokenizer == "words":         # the words' byte table is cut at max_chars
+    if recipe.unit == "pairs":              # the split drops pairs over seq_len words; two vocabularies
+        fingerprint.update(seq_len=recipe.seq_len, target_vocab_size=recipe.target_vocab_size, seed=recipe.seed)
+    elif recipe.tokenizer == "words":       # the words' byte table is cut at max_chars
         fingerprint["max_chars"] = recipe.model["max_chars"]
     return fingerprint
 
@@ -411,6 +441,11 @@ def prepare(recipe: Recipe, folder: Path) -> dict:
         if meta["fingerprint"] != _data_fingerprint(recipe):
             raise SystemExit(f"{folder} holds data prepared for {meta['fingerprint']}, not for this recipe: "
                              "run with --fresh (or another --scratch)")
+        return meta
+    if recipe.unit == "pairs":
+        meta = translation.prepare(recipe, folder, _data_fingerprint(recipe))
+        with atomic_write(meta_file, "w", encoding="utf-8") as f:
+            json.dump(meta, f, indent=1, ensure_ascii=False)
         return meta
     from lib import data
     from lib.text import train_tokenizer
@@ -657,7 +692,7 @@ def bilm_step(model, batch):
 
 
 STEP_FNS: dict[str, Callable] = {"bert-mlm": mlm_step, "gpt-lm": lm_step, "bart-denoise": denoising_step,
-                                 "elmo-bilm": bilm_step, "t5-span": span_step}
+                                 "elmo-bilm": bilm_step, "t5-span": span_step, "seq2seq": translation.step}
 DATASETS = {"bert-mlm": PackedMLM, "gpt-lm": PackedLM, "bart-denoise": PackedDenoising,
             "t5-span": PackedSpanCorruption}
 
@@ -683,6 +718,10 @@ def heldout_loss(model, batches: list, kind: str, other_input: bool = False) -> 
     """Mean loss per predicted token over the fixed held-out batches (float32, eval mode). With
     ``other_input`` (encoder-decoder kinds), each target is scored after the input of the batch's next
     example (the inputs rolled by one)."""
+    if kind in translation.PAIR_KINDS:
+        if other_input:
+            raise ValueError(f"other_input is not measured for {kind}")
+        return translation.heldout_loss(model, batches)
     was = model.training
     model.eval()
     total = count = 0.0
@@ -739,6 +778,8 @@ def storage_dtype(losses: dict[str, float]) -> str:
 def build_training(recipe: Recipe, data_folder: Path) -> tuple:
     """From the prepared data: (tokenizer, the training loader, the fixed held-out batches, the model
     initialised from the recipe's seed)."""
+    if recipe.unit == "pairs":
+        return translation.build_training(recipe, data_folder)
     from lib.text import SubwordTokenizer, WordVocab
     tok = (WordVocab if recipe.tokenizer == "words" else SubwordTokenizer).load(data_folder / "tokenizer.json")
     streams = torch.load(data_folder / "streams.pt", weights_only=True)
@@ -874,6 +915,7 @@ def train_run(run: Run, minutes: float | None, say: Callable[[str], None] = prin
         with contextlib.redirect_stdout(io.StringIO()):    # fit's "resumed from ..." line, once per chunk
             history = train.fit(model, loader, optimizer=optimizer, scheduler=scheduler, step_fn=step_fn,
                                 epochs=None, max_steps=boundary, eval_fn=evaluate, eval_every=eval_every, device=dev,
+                                clip_grad=recipe.clip_grad,
                                 checkpoint=state_file, resume=True, progress=False, log_every=log_every,
                                 seed=recipe.seed)
         seconds = time.perf_counter() - chunk_start
@@ -884,11 +926,11 @@ def train_run(run: Run, minutes: float | None, say: Callable[[str], None] = prin
         rate = (boundary - done) * recipe.tokens_per_step / seconds
         last = next(r for r in reversed(history.records) if "eval_loss" in r)
         eta = (run.steps - boundary) * recipe.tokens_per_step / rate
-        say(f"{recipe.name} step {boundary:,}/{run.steps:,} | tokens {token_label(boundary * recipe.tokens_per_step)}"
+        say(f"{recipe.name} step {boundary:,}/{run.steps:,} | {recipe.unit} {token_label(boundary * recipe.tokens_per_step)}"
             f"/{token_label(run.tokens)} | train {last.get('train_loss', float('nan')):.3f} | held-out "
             f"{last.get('eval_loss', float('nan')):.3f}"
             + (f" (after another input {last['eval_loss_other_input']:.3f})" if "eval_loss_other_input" in last else "")
-            + f" | {rate:,.0f} tokens/s | {_fmt_time(clock['seconds'])} "
+            + f" | {rate:,.0f} {recipe.unit}/s | {_fmt_time(clock['seconds'])} "
             f"trained, about {_fmt_time(eta)} to go")
         done = boundary
         if boundary in snapshot_steps and rank == 0:
@@ -915,6 +957,15 @@ def _copy_tokenizer(run: Run) -> str:
         with atomic_write(dst, "wb") as f:
             f.write(src.read_bytes())
     return relative
+
+
+def _tokenizer_files(run: Run) -> dict:
+    """The registry entries of a checkpoint's vocabularies: its tokenizer, and a translation model's target side."""
+    files = {"tokenizer": checkpoints.file_entry(run.out, _copy_tokenizer(run))}
+    target = translation.copy_target_tokenizer(run.scratch / "data", run.out, run.recipe.name)
+    if target:
+        files["target_tokenizer"] = checkpoints.file_entry(run.out, target)
+    return files
 
 
 def _weights_metadata(run: Run, model, tokens: int, step: int, losses: dict, dtype: str) -> dict:
@@ -944,8 +995,7 @@ def write_snapshot(run: Run, model, heldout, step: int, tokens: int, meta: dict,
     relative = f"{run.recipe.name}/snapshots/{run.recipe.name}-{token_label(tokens)}.safetensors"
     checkpoints.save_weights(model, run.out / relative, DTYPES[dtype],
                              _weights_metadata(run, model, step * run.recipe.tokens_per_step, step, losses, dtype))
-    files = {"weights": checkpoints.file_entry(run.out, relative),
-             "tokenizer": checkpoints.file_entry(run.out, _copy_tokenizer(run))}
+    files = {"weights": checkpoints.file_entry(run.out, relative), **_tokenizer_files(run)}
     checkpoints.register(checkpoints.CheckpointInfo(
         name=name, kind=run.recipe.kind, config=checkpoints.config_dict(model.cfg), files=files,
         command=run.command, description=f"{run.recipe.description}: snapshot after {token_label(tokens)} tokens"),
@@ -982,7 +1032,6 @@ def write_output(run: Run, result: dict, say: Callable[[str], None] = print) -> 
     weights = f"{recipe.name}/model.safetensors"
     checkpoints.save_weights(model, run.out / weights, DTYPES[dtype],
                              _weights_metadata(run, model, tokens_seen, run.steps, losses, dtype))
-    tokenizer = _copy_tokenizer(run)
     records = result["history"].records
     curve = [{"step": r["step"], "tokens": r["step"] * recipe.tokens_per_step,
               "train_loss": round(r["train_loss"], 4) if "train_loss" in r else None,
@@ -998,9 +1047,11 @@ def write_output(run: Run, result: dict, say: Callable[[str], None] = print) -> 
                  "train_tokens": meta["train_tokens"], "heldout_tokens": meta["heldout_tokens"],
                  "counts": meta["counts"], "passes": round(tokens_seen / meta["train_tokens"], 3)},
         "tokenizer": {"kind": recipe.tokenizer, "vocab_size": meta["vocab_size"], "lowercase": recipe.lowercase,
-                      "file": "tokenizer.json", "sha256": meta["tokenizer_sha256"]},
+                      "file": "tokenizer.json", "sha256": meta["tokenizer_sha256"],
+                      **({"target_vocab_size": meta["target_vocab_size"], "target_file": translation.TARGET_TOKENIZER,
+                          "target_sha256": meta["target_tokenizer_sha256"]} if "target_vocab_size" in meta else {})},
         "model": {"config": checkpoints.config_dict(model.cfg), "parameters": model.num_parameters()},
-        "training": {"tokens_seen": tokens_seen, "tokens_target": run.tokens, "steps": run.steps,
+        "training": {"tokens_seen": tokens_seen, "tokens_target": run.tokens, "unit": recipe.unit, "steps": run.steps,
                      "global_batch": recipe.batch_size, "seq_len": recipe.seq_len,
                      "optimizer": recipe.optimizer, "lr": recipe.lr,
                      "schedule": f"linear warm-up over {recipe.warmup:.0%} of the steps, cosine to "
@@ -1016,8 +1067,7 @@ def write_output(run: Run, result: dict, say: Callable[[str], None] = print) -> 
     _write_json(folder / "card.json", card)
     with atomic_write(folder / "card.md", "w", encoding="utf-8") as f:
         f.write(card_markdown(card))
-    files = {"weights": checkpoints.file_entry(run.out, weights),
-             "tokenizer": checkpoints.file_entry(run.out, tokenizer),
+    files = {"weights": checkpoints.file_entry(run.out, weights), **_tokenizer_files(run),
              "card": checkpoints.file_entry(run.out, f"{recipe.name}/card.json"),
              "card_md": checkpoints.file_entry(run.out, f"{recipe.name}/card.md")}
     checkpoints.register(checkpoints.CheckpointInfo(name=recipe.name, kind=recipe.kind,
@@ -1036,22 +1086,30 @@ def counts_text(counts: dict) -> str:
 
 def card_markdown(card: dict) -> str:
     t, h, d = card["training"], card["heldout"], card["data"]
+    unit = t.get("unit", "tokens")          # what the budget counts: tokens, or pairs for a translation model
+    per_step = f"{t['global_batch']} pairs" if unit == "pairs" else f"{t['global_batch']} x {t['seq_len']} tokens"
+    vocab = (f"words, {card['tokenizer']['vocab_size']:,} English and {card['tokenizer']['target_vocab_size']:,} "
+             f"French entries (`tokenizer.json` and `{card['tokenizer']['target_file']}`, shipped with the weights)"
+             if "target_vocab_size" in card["tokenizer"] else
+             f"{card['tokenizer']['kind']}, {card['tokenizer']['vocab_size']:,} entries (`tokenizer.json`, shipped "
+             "with the weights)")
     files = ", ".join(f"`{x['dataset']}/{x['file']}` (sha256 `{x['sha256'][:12]}…`)" for x in d["datasets"])
     lines = [f"# {card['name']}", "", card["description"] + ".", "",
              f"- **Model**: {card['kind']}, {card['model']['parameters']:,} parameters; configuration in `card.json`.",
              f"- **Data**: {files}; corpus `{d['corpus']}`: {d['documents']:,} documents (sha256 of the text "
-             f"`{d['corpus_sha256'][:12]}…`), {d['train_tokens']:,} training tokens, every "
-             f"{t['recipe']['heldout_every']}th document held out ({d['heldout_tokens']:,} tokens). Counts: "
-             + counts_text(d["counts"]) + ".",
-             f"- **Tokenizer**: {card['tokenizer']['kind']}, {card['tokenizer']['vocab_size']:,} entries "
-             f"(`tokenizer.json`, shipped with the weights).",
-             f"- **Training**: {t['tokens_seen']:,} tokens ({d['passes']:g} passes), {t['steps']:,} steps of "
-             f"{t['global_batch']} x {t['seq_len']} tokens, {t.get('optimizer', 'adamw')} at lr {t['lr']:g} "
+             f"`{d['corpus_sha256'][:12]}…`), {d['train_tokens']:,} training {unit}, "
+             + (f"every {t['recipe']['heldout_every']}th document held out" if unit == "tokens" else
+                "the pairs of every held-out English sentence held out (lib.translation.is_held_out)")
+             + f" ({d['heldout_tokens']:,} {unit}). Counts: " + counts_text(d["counts"]) + ".",
+             f"- **Tokenizer**: {vocab}.",
+             f"- **Training**: {t['tokens_seen']:,} {unit} ({d['passes']:g} passes), {t['steps']:,} steps of "
+             f"{per_step}, {t.get('optimizer', 'adamw')} at lr {t['lr']:g} "
              f"({t['schedule']}), "
              f"{t['wall_seconds'] / 60:.1f} minutes of training in {len(t['invocations'])} invocation(s).",
              f"- **Device**: {t['device']}; precision {t['precision']} (training), weights stored in "
              f"{h['stored_dtype']}.",
-             f"- **Held-out loss**: {h['loss']:.4f} nats/token in float32; with the stored weights "
+             f"- **Held-out loss**: {h['loss']:.4f} nats/{'token' if unit == 'tokens' else 'target word'} in float32; "
+             "with the stored weights "
              + ", ".join(f"{k} {v:.4f}" for k, v in h["by_stored_dtype"].items())
              + f" (a dtype is used when within {h['tolerance_nats']:g} nats).",
              "- **Commit**: " + ", ".join(f"`{c}`" for c in card.get("commits", [card["commit"]]))
@@ -1059,7 +1117,7 @@ def card_markdown(card: dict) -> str:
              f"- **Rebuild**: `{card['command']}`", ""]
     # encoder-decoder kinds: the held-out targets also after another example's input (does it read it?)
     other = bool(h["curve"]) and all("heldout_loss_other_input" in c for c in h["curve"])
-    lines += ["| step | tokens | train loss | held-out loss |" + (" after another input |" if other else ""),
+    lines += [f"| step | {unit} | train loss | held-out loss |" + (" after another input |" if other else ""),
               "|---:|---:|---:|---:|" + ("---:|" if other else "")]
     lines += [f"| {c['step']:,} | {c['tokens']:,} | {c['train_loss'] if c['train_loss'] is not None else '—'} | "
               f"{c['heldout_loss']} |" + (f" {c['heldout_loss_other_input']} |" if other else "") for c in h["curve"]]
@@ -1093,7 +1151,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     args = parse_args(argv)
     if args.list or not args.recipe:
         for r in RECIPES.values():
-            print(f"{r.name:14s} {r.kind:9s} {r.tokens / 1e6:5.1f}M tokens  {r.description}")
+            print(f"{r.name:22s} {r.kind:12s} {token_label(r.tokens):>5s} {r.unit:6s}  {r.description}")
         return None
     if args.recipe not in RECIPES:
         raise SystemExit(f"unknown recipe {args.recipe!r}: expected one of {', '.join(RECIPES)}")
@@ -1115,8 +1173,9 @@ def main(argv: list[str] | None = None) -> dict | None:
     _barrier()
     run = Run(recipe, tokens, snapshots, scratch, out, canonical_command(recipe.name, tokens, snapshots, args.set), dev,
               provenance=git_commit())
-    say(f"{recipe.name}: {run.steps:,} steps of {recipe.batch_size} x {recipe.seq_len} tokens = "
-        f"{token_label(run.steps * recipe.tokens_per_step)} tokens | {device.summary(dev)}")
+    per_step = f"{recipe.batch_size} pairs" if recipe.unit == "pairs" else f"{recipe.batch_size} x {recipe.seq_len} tokens"
+    say(f"{recipe.name}: {run.steps:,} steps of {per_step} = {token_label(run.steps * recipe.tokens_per_step)} "
+        f"{recipe.unit} | {device.summary(dev)}")
     result = train_run(run, args.minutes, say)
     card = None
     if result is not None and main_process:

@@ -1,0 +1,4 @@
+"""``python -m tools.pretrain``: see the package's docstring."""
+from tools.pretrain import main
+
+main()

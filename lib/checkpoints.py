@@ -145,12 +145,16 @@ def _seq2seq(config: Mapping[str, Any]) -> nn.Module:
     return Seq2Seq(Seq2SeqConfig(**config))
 
 
+def _transformer(config: Mapping[str, Any]) -> nn.Module:
+    from lib.models.transformer import Transformer, TransformerConfig
+    return Transformer(TransformerConfig(**config))
+
+
 #: kind -> a function that builds the (untrained) model from the registered configuration.
 MODEL_KINDS: dict[str, Callable[[Mapping[str, Any]], nn.Module]] = {"bert-mlm": _bert, "gpt-lm": _gpt,
                                                                      "bart-denoise": _bart, "elmo-bilm": _elmo,
-                                                                     "t5-span": _t5, "seq2seq": _seq2seq}
-#: kinds whose tokenizer files are word vocabularies (``lib.text.WordVocab``), not subwords
-WORD_VOCAB_KINDS = frozenset({"elmo-bilm", "seq2seq"})
+                                                                     "t5-span": _t5, "seq2seq": _seq2seq,
+                                                                     "transformer": _transformer}
 
 
 def build_model(kind: str, config: Mapping[str, Any]) -> nn.Module:
@@ -343,7 +347,7 @@ def load_state(name: str, config: Any = None, root: str | os.PathLike | None = N
 def load(name: str, config: Any = None, root: str | os.PathLike | None = None) -> Checkpoint:
     """Checkpoint ``name``: the model (float32, eval mode), its tokenizer and its card, every file
     checked against the registry first (see the module docstring for what is refused)."""
-    from lib.text import SubwordTokenizer, WordVocab
+    from lib.text import load_vocabulary
 
     state, entry, meta = load_state(name, config, root)
     asked = config_dict(config) if config is not None else {}
@@ -354,8 +358,7 @@ def load(name: str, config: Any = None, root: str | os.PathLike | None = None) -
         raise CheckpointError(f"the weights of checkpoint {name!r} do not fit its {entry.kind} model (missing "
                               f"{sorted(set(missing) - set(tied))}, unexpected {unexpected}): rebuild it with "
                               f"`{entry.command}`")
-    reader = WordVocab if entry.kind in WORD_VOCAB_KINDS else SubwordTokenizer
-    tokenizer, target = (reader.load(path(name, key, root)) if key in entry.files else None
+    tokenizer, target = (load_vocabulary(path(name, key, root)) if key in entry.files else None
                          for key in ("tokenizer", "target_tokenizer"))
     card = json.loads(path(name, "card", root).read_text(encoding="utf-8")) if "card" in entry.files else meta
     return Checkpoint(name, model.eval(), tokenizer, card, entry, target)

@@ -47,7 +47,7 @@ from lib.io import atomic_write
 from lib.validate import check_choice, check_id_list, check_int
 
 __all__ = [
-    "SPECIAL_TOKENS", "SPECIAL_IDS", "train_tokenizer", "SubwordTokenizer", "WordVocab",
+    "SPECIAL_TOKENS", "SPECIAL_IDS", "train_tokenizer", "SubwordTokenizer", "WordVocab", "load_vocabulary",
     "simple_tokenize", "pad_batch", "pad_sequences", "collate_pairs", "unigram_nats",
 ]
 
@@ -418,6 +418,16 @@ class WordVocab(_SpecialIds):
     @classmethod
     def load(cls, path: str | os.PathLike) -> "WordVocab":
         return cls(_read_json(path, _WORD_FORMAT, "vocabulary", "WordVocab.save")["itos"])
+
+
+def load_vocabulary(path: str | os.PathLike) -> "SubwordTokenizer | WordVocab":
+    """A file written by :meth:`SubwordTokenizer.save` or :meth:`WordVocab.save`, whichever it is."""
+    path = Path(path)
+    try:
+        fmt = json.loads(path.read_text(encoding="utf-8")).get("format") if path.is_file() else None
+    except (json.JSONDecodeError, AttributeError):
+        fmt = None
+    return (WordVocab if fmt == _WORD_FORMAT else SubwordTokenizer).load(path)
 
 
 # ----------------------------------------------------------------------------- a baseline

@@ -381,3 +381,63 @@ def test_scoring_after_another_input_is_for_encoder_decoder_models_only():
     batch = (torch.zeros(3, 4, dtype=torch.long), torch.zeros(3, 4, dtype=torch.long))
     with pytest.raises(ValueError, match="encoder-decoder kind"):
         pretrain.heldout_loss(torch.nn.Linear(1, 1), [batch], "gpt-lm", other_input=True)
+
+
+# ----------------------------------------------------------------------------- the sentence-pair family
+
+def run_pairs(tmp: Path, recipe: str, *args: str) -> dict | None:
+    return pretrain.main([recipe, "--out", str(tmp / "out"), "--scratch", str(tmp / "scratch"), *args])
+
+
+def test_translation_pairs_never_train_on_a_held_out_sentence(data_mirror):
+    split = pretrain.translation.split(pretrain.RECIPES["s2s-attention-fra-eng"])
+    trained = {" ".join(s) for s, _ in split.train}
+    assert split.counts["training_pairs"] == len(split.train) > 100_000
+    assert all(len(s) <= 25 and len(t) <= 25 for s, t in split.train)
+    assert len(split.heldout) == 2_048
+    assert not {" ".join(s) for s, _ in split.heldout} & trained
+
+
+def test_chatbot_split_is_chapter_4s_split_by_question(data_mirror):
+    from lib.data import load_chatbot
+    from lib.data.chatbot import heldout_split
+    split = pretrain.translation.split(pretrain.RECIPES["chatbot-ko"])
+    expected = heldout_split(load_chatbot(), fraction=0.05, seed=0)
+    assert len(split.train) == len(expected.train) and len(split.heldout) == len(expected.heldout) < 1_000
+    assert not {q for q, _ in split.heldout} & {q for q, _ in split.train}
+
+
+@pytest.mark.parametrize("recipe", ["s2s-attention-tiny", "chatbot-ko-tiny"])
+def test_a_pair_run_resumes_exactly_and_loads_with_its_vocabularies(data_mirror, tmp_path, recipe):
+    whole, parts = tmp_path / "whole", tmp_path / "parts"
+    result = run_pairs(whole, recipe)
+    assert run_pairs(parts, recipe, "--minutes", "0") == {"card": None}          # stops after the first chunk
+    run_pairs(parts, recipe)
+    a, b = (read_checkpoint(d / "scratch" / recipe / "state.pt") for d in (whole, parts))
+    assert a["step"] == b["step"] == 12 and a["history"] == b["history"]
+    for k in a["model"]:
+        assert torch.equal(a["model"][k], b["model"][k]), k
+    card = result["card"]
+    assert card["training"]["unit"] == "pairs" and card["training"]["tokens_seen"] == 12 * 8
+    assert "12 steps of 8 pairs" in (whole / "out" / recipe / "card.md").read_text()
+    ckpt = checkpoints.load(recipe, root=whole / "out")
+    loss = pretrain.heldout_loss(ckpt.model, result["heldout"], ckpt.info.kind)
+    assert loss == pytest.approx(card["heldout"]["by_stored_dtype"][card["heldout"]["stored_dtype"]], abs=1e-6)
+    if recipe.startswith("s2s"):        # a word vocabulary per side, both shipped and registered
+        assert set(ckpt.info.files) >= {"tokenizer", "target_tokenizer"}
+        assert len(ckpt.tokenizer) == len(ckpt.target_tokenizer) == 200
+        assert ckpt.target_tokenizer.encode(["le", "chat"]) != ckpt.tokenizer.encode(["le", "chat"])
+    else:                               # one subword vocabulary for questions and answers
+        assert "target_tokenizer" not in ckpt.info.files and ckpt.target_tokenizer is None
+        assert ckpt.tokenizer.decode(ckpt.tokenizer.encode("영화 볼래 ?")) == "영화 볼래 ?"
+    assert ckpt.model.cfg.src_vocab_size == ckpt.tokenizer.vocab_size
+
+
+def test_a_pair_recipe_must_say_what_it_reads():
+    base = pretrain.RECIPES["s2s-attention-tiny"]
+    with pytest.raises(ValueError, match="counts pairs"):
+        dataclasses.replace(base, unit="tokens")
+    with pytest.raises(ValueError, match="a vocabulary for each side"):
+        dataclasses.replace(base, target_vocab_size=None)
+    with pytest.raises(ValueError, match="schedule must be one of"):
+        dataclasses.replace(base, schedule="linear")

@@ -151,7 +151,14 @@ CORPORA: dict[str, tuple[Callable[[], tuple[list[str], dict]], tuple[tuple[str, 
 OPTIMIZERS: dict[str, Callable] = {
     "adamw": lambda params, lr, weight_decay: torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay),
     "adafactor": lambda params, lr, weight_decay: torch.optim.Adafactor(params, lr=lr, weight_decay=weight_decay),
+    # the Transformer paper's Adam (beta2 0.98, eps 1e-9): chapters 3 and 4
+    "adam-transformer": lambda params, lr, weight_decay: torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.98), eps=1e-9,
+                                                                          weight_decay=weight_decay),
 }
+#: learning-rate schedules: "cosine" (linear warm-up over ``warmup`` of the steps, then cosine to
+#: ``min_lr_ratio`` x lr) or "inverse-sqrt" (the Transformer paper's, warm-up over ``warmup`` of the steps,
+#: then 1/sqrt(step), scaled by d_model^-0.5 and by lr: chapter 4's chatbot)
+SCHEDULES = ("cosine", "inverse-sqrt")
 
 
 @dataclass(frozen=True)
@@ -170,6 +177,8 @@ class Recipe:
     unit: str = "tokens"            # what a step's batch counts: "tokens" (packed sequences) or "pairs" (translation)
     target_vocab_size: int | None = None  # translation: the target side's vocabulary (vocab_size is the source's)
     clip_grad: float | None = None  # gradient-norm clipping (lib.train.fit's clip_grad)
+    label_smoothing: float = 0.0    # translation family: the training loss's label smoothing
+    schedule: str = "cosine"        # a SCHEDULES entry
     batch_size: int = 64            # sequences per optimizer step, all processes together
     optimizer: str = "adamw"        # a OPTIMIZERS key: "adamw", or "adafactor" (T5's, lr a relative step)
     lr: float = 1e-3
@@ -188,6 +197,8 @@ class Recipe:
     def __post_init__(self):
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"recipe {self.name}: optimizer must be one of {sorted(OPTIMIZERS)}, got {self.optimizer!r}")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"recipe {self.name}: schedule must be one of {SCHEDULES}, got {self.schedule!r}")
         if self.masking not in ("token", "knowledge"):
             raise ValueError(f"recipe {self.name}: masking must be 'token' or 'knowledge', got {self.masking!r}")
         if self.masking == "knowledge" and self.kind != "bert-mlm":
@@ -196,9 +207,9 @@ class Recipe:
             raise ValueError(f"recipe {self.name}: a translation kind ({', '.join(sorted(translation.PAIR_KINDS))}) "
                              f"counts pairs (unit='pairs'), and only it does; got kind {self.kind} with unit {self.unit!r}")
         if self.unit == "pairs":
-            if self.tokenizer != "words" or self.target_vocab_size is None:
-                raise ValueError(f"recipe {self.name}: a translation recipe reads words (tokenizer='words') with a "
-                                 "vocabulary for each side (target_vocab_size)")
+            if (self.tokenizer == "words") != (self.target_vocab_size is not None):
+                raise ValueError(f"recipe {self.name}: a pair recipe reads words with a vocabulary for each side "
+                                 "(tokenizer='words' and target_vocab_size), or subwords with one for both")
         elif (self.tokenizer == "words") != (self.kind == "elmo-bilm"):
             raise ValueError(f"recipe {self.name}: an elmo-bilm model reads words (tokenizer='words'), and only it does; "
                              f"got kind {self.kind} with tokenizer {self.tokenizer!r}")
@@ -278,6 +289,26 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in [
              seq_len=25, batch_size=64, lr=2e-3, weight_decay=0.0, clip_grad=1.0, tokens=384_000,
              eval_every_tokens=32_000, log_every_tokens=3_200, heldout_sequences=2_048)
       for arm, what in (("fixed", "with one fixed context vector"), ("attention", "with dot-product (Luong) attention"))],
+    # Chapter 3's Transformer translator: chapter 1's data, vocabularies, batches, budget and schedule shape
+    # (its attention RNN is s2s-attention-fra-eng), the Transformer paper's Adam and label smoothing 0.1
+    Recipe("transformer-fra-eng", "transformer", "Transformer encoder-decoder (2 + 2 layers x 128, 4 heads, output "
+           "layer tied to the target embeddings), English -> French on the Tatoeba pairs whose English sentence is "
+           "not held out (chapter 3)", corpus="tatoeba-fra-eng", tokenizer="words", vocab_size=5_000,
+           target_vocab_size=6_000, lowercase=True,
+           model=dict(d_model=128, num_heads=4, num_encoder_layers=2, num_decoder_layers=2, d_ff=512, dropout=0.1,
+                      max_len=58, tie_output=True), unit="pairs", seq_len=25, batch_size=64,
+           optimizer="adam-transformer", lr=2e-3, weight_decay=0.0, clip_grad=1.0, label_smoothing=0.1,
+           tokens=384_000, eval_every_tokens=32_000, log_every_tokens=3_200, heldout_sequences=2_048),
+    # Chapter 4's chatbot, the seed's recipe: post-LN 2 + 2 layers x 256 with 8 heads, separate embeddings,
+    # label smoothing 0.1, the paper's schedule with 4,000 warm-up steps, 50 passes over the training pairs
+    # (8,800 steps of 64)
+    Recipe("chatbot-ko", "transformer", "Transformer chatbot (2 + 2 layers x 256, 8 heads, post-LN) on the Korean "
+           "chatbot pairs whose question is not held out (chapter 4)", corpus="chatbot-ko", tokenizer="bpe",
+           vocab_size=8_192, model=dict(d_model=256, num_heads=8, num_encoder_layers=2, num_decoder_layers=2,
+                                         d_ff=512, dropout=0.1, max_len=64, norm_first=False, share_embeddings=False),
+           unit="pairs", seq_len=40, batch_size=64, optimizer="adam-transformer", lr=1.0, weight_decay=0.0,
+           schedule="inverse-sqrt", warmup=4_000 / 8_800, label_smoothing=0.1, tokens=8_800 * 64,
+           eval_every_tokens=880 * 64, log_every_tokens=88 * 64, heldout_sequences=1_000),
     # for the tests: the same code on 3,000 rows of the crawl, a model of a few thousand parameters
     Recipe("ko-bert-tiny", "bert-mlm", "test recipe: ko-bert's code at toy size", corpus="nsmc-first-3000",
            model=dict(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64), vocab_size=400,
@@ -307,6 +338,12 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in [
            model=dict(emb_dim=8, hidden_dim=16, cell="gru", attention=True), unit="pairs", seq_len=25, batch_size=8,
            weight_decay=0.0, clip_grad=1.0, tokens=8 * 12, eval_every_tokens=8 * 4, log_every_tokens=8,
            heldout_sequences=16),
+    Recipe("chatbot-ko-tiny", "transformer", "test recipe: the chatbot's code at toy size", corpus="chatbot-ko",
+           tokenizer="bpe", vocab_size=300, model=dict(d_model=16, num_heads=2, num_encoder_layers=1,
+                                                      num_decoder_layers=1, d_ff=32, dropout=0.1),
+           unit="pairs", seq_len=40, batch_size=8, optimizer="adam-transformer", lr=1.0, weight_decay=0.0,
+           schedule="inverse-sqrt", warmup=0.5, label_smoothing=0.1, tokens=8 * 12, eval_every_tokens=8 * 4,
+           log_every_tokens=8, heldout_sequences=16),
     Recipe("gpt-imdb-tiny", "gpt-lm", "test recipe: gpt-imdb's code at toy size", corpus="nsmc-first-3000",
            model=dict(n_layer=2, n_head=2, n_embd=32, dropout=0.1), vocab_size=400, seq_len=32, batch_size=8,
            tokens=8 * 32 * 12, eval_every_tokens=8 * 32 * 4, log_every_tokens=8 * 32, heldout_every=10,
@@ -692,7 +729,7 @@ def bilm_step(model, batch):
 
 
 STEP_FNS: dict[str, Callable] = {"bert-mlm": mlm_step, "gpt-lm": lm_step, "bart-denoise": denoising_step,
-                                 "elmo-bilm": bilm_step, "t5-span": span_step, "seq2seq": translation.step}
+                                 "elmo-bilm": bilm_step, "t5-span": span_step}
 DATASETS = {"bert-mlm": PackedMLM, "gpt-lm": PackedLM, "bart-denoise": PackedDenoising,
             "t5-span": PackedSpanCorruption}
 
@@ -881,8 +918,10 @@ def train_run(run: Run, minutes: float | None, say: Callable[[str], None] = prin
     meta = json.loads((run.scratch / "data" / "data.json").read_text())
     tok, loader, heldout, model = build_training(recipe, run.scratch / "data")
     optimizer = OPTIMIZERS[recipe.optimizer](model.parameters(), recipe.lr, recipe.weight_decay)
-    scheduler = train.warmup_cosine(optimizer, warmup_steps=max(1, round(recipe.warmup * run.steps)),
-                                    total_steps=max(run.steps, 2), min_ratio=recipe.min_lr_ratio)
+    warmup = max(1, round(recipe.warmup * run.steps))
+    scheduler = (train.warmup_cosine(optimizer, warmup_steps=warmup, total_steps=max(run.steps, 2),
+                                     min_ratio=recipe.min_lr_ratio) if recipe.schedule == "cosine" else
+                 train.transformer_schedule(optimizer, d_model=model.cfg.d_model, warmup_steps=warmup))
     eval_every = max(1, round(recipe.eval_every_tokens / recipe.tokens_per_step))
     log_every = max(1, round(recipe.log_every_tokens / recipe.tokens_per_step))
     done = read_checkpoint(state_file)["step"] if state_file.is_file() else 0
@@ -896,7 +935,7 @@ def train_run(run: Run, minutes: float | None, say: Callable[[str], None] = prin
     started = time.perf_counter()
     snapshot_steps = run.snapshot_steps()
     history = None
-    step_fn = STEP_FNS[recipe.kind]
+    step_fn = translation.step_fn(recipe) if recipe.unit == "pairs" else STEP_FNS[recipe.kind]
 
     def evaluate(m):
         out = {"loss": heldout_loss(m, heldout, recipe.kind)}
@@ -1054,8 +1093,11 @@ def write_output(run: Run, result: dict, say: Callable[[str], None] = print) -> 
         "training": {"tokens_seen": tokens_seen, "tokens_target": run.tokens, "unit": recipe.unit, "steps": run.steps,
                      "global_batch": recipe.batch_size, "seq_len": recipe.seq_len,
                      "optimizer": recipe.optimizer, "lr": recipe.lr,
-                     "schedule": f"linear warm-up over {recipe.warmup:.0%} of the steps, cosine to "
-                                 f"{recipe.min_lr_ratio:g} x lr", "weight_decay": recipe.weight_decay,
+                     "schedule": (f"linear warm-up over {recipe.warmup:.0%} of the steps, cosine to "
+                                  f"{recipe.min_lr_ratio:g} x lr" if recipe.schedule == "cosine" else
+                                  f"the Transformer's: warm-up over {recipe.warmup:.0%} of the steps, then 1/sqrt(step), "
+                                  f"x d_model^-0.5 x {recipe.lr:g}"),
+                     "label_smoothing": recipe.label_smoothing, "weight_decay": recipe.weight_decay,
                      "wall_seconds": round(clock["seconds"], 1), "prepare_seconds": meta["seconds"],
                      "invocations": clock["invocations"],
                      "device": clock["invocations"][-1]["device"], "precision": device.precision(run.dev, model).name,

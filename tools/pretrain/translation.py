@@ -1,25 +1,31 @@
-"""The translation family: chapter checkpoints trained on sentence pairs, not on a packed corpus.
+"""The sentence-pair family: chapter checkpoints trained on (input, output) pairs, not on a packed corpus.
 
-Chapter 1's two recurrent translators (a fixed context against Luong attention) are trained here by
-the same command, loop, resume and card as the pretrained models (``python -m tools.pretrain
-s2s-attention-fra-eng``). What differs from a language-model recipe is the data and its unit:
+The models a chapter's headline rests on, trained by the same command, loop, resume and card as the
+pretrained models (``python -m tools.pretrain s2s-attention-fra-eng``):
 
-* the data is ``lib.translation.split_pairs`` of the English-French Tatoeba pairs, the split every
-  translation chapter uses (a held-out English sentence is never trained on, in any of its
-  translations), with one word vocabulary per side built from the training pairs only;
-* a step reads ``batch_size`` *pairs* (batches of similar length, ``lib.train.LengthBucketSampler``),
-  so the recipe's budget and its cards count pairs where the other recipes count tokens
-  (``Recipe.unit``);
-* the held-out loss is the teacher-forced cross-entropy per target word on a fixed sample of held-out
-  pairs (each held-out English sentence with its first French translation).
+* chapter 1's two recurrent translators (``seq2seq``: one fixed context against Luong attention) and
+  chapter 3's Transformer translator (``transformer``), English -> French on the Tatoeba pairs, split
+  by ``lib.translation.split_pairs`` as every translation chapter splits them (a held-out English
+  sentence is never trained on, in any of its translations), one word vocabulary per side built from
+  the training pairs only;
+* chapter 4's Korean chatbot (``transformer``), on the chatbot pairs split by distinct question
+  (``lib.data.chatbot.heldout_split``, 5 % held out), one BPE vocabulary for questions and answers
+  trained on the training pairs only.
 
-The scratch folder holds the two vocabularies and ``data.json``; the pairs themselves are split again
-from the corpus when a run starts or resumes (a few seconds, and always the same split).
+What differs from a language-model recipe is the data and its unit: a step reads ``batch_size``
+*pairs* (batches of similar source length, ``lib.train.LengthBucketSampler``), so the recipe's budget
+and its card count pairs where the other recipes count tokens (``Recipe.unit``); the held-out loss is
+the teacher-forced cross-entropy per real target token (no label smoothing, eval mode) on a fixed
+sample of held-out pairs (a translation: each held-out English sentence with its first translation).
+
+The scratch folder holds the vocabularies and ``data.json``; the pairs are split again from the
+corpus when a run starts or resumes (a few seconds, always the same split).
 """
 from __future__ import annotations
 
 import hashlib
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -28,106 +34,169 @@ import torch.nn.functional as F
 from lib import checkpoints, train
 from lib.io import atomic_write, sha256 as file_sha256
 
-#: checkpoint kinds of this family (lib.checkpoints.MODEL_KINDS keys)
-PAIR_KINDS = frozenset({"seq2seq"})
+#: checkpoint kinds this family trains (lib.checkpoints.MODEL_KINDS keys)
+PAIR_KINDS = frozenset({"seq2seq", "transformer"})
 TARGET_TOKENIZER = "target_tokenizer.json"
 
-#: corpus name -> (lib.data.load_tatoeba pair, the data files it reads)
-PAIR_CORPORA = {"tatoeba-fra-eng": ("fra_eng", (("tatoeba_fra_eng", "fra.txt.gz"),))}
+#: corpus name -> the data files it reads
+PAIR_CORPORA = {"tatoeba-fra-eng": (("tatoeba_fra_eng", "fra.txt.gz"),),
+                "chatbot-ko": (("chatbot_data", "ChatbotData.csv"),)}
 
 
-def split(recipe):
-    """The recipe's training pairs and held-out references (``lib.translation.split_pairs``, lower-cased
-    words and punctuation, pairs over ``recipe.seq_len`` words on either side dropped from training)."""
-    from lib import data, text, translation
-    pair, _ = PAIR_CORPORA[recipe.corpus]
-    return translation.split_pairs(data.load_tatoeba(pair), tokenize=text.simple_tokenize,
-                                   max_tokens=recipe.seq_len, seed=recipe.seed)
+@dataclass
+class PairSplit:
+    """Training and held-out pairs, as text (``str``) or as word lists (a word-vocabulary corpus)."""
+    train: list
+    heldout: list            # the fixed held-out sample the loss is measured on
+    counts: dict
+
+
+def split(recipe) -> PairSplit:
+    """The recipe's training pairs and held-out sample."""
+    from lib import data
+    if recipe.corpus == "tatoeba-fra-eng":     # lower-cased words and punctuation; over seq_len words dropped
+        from lib import text, translation
+        pairs = translation.split_pairs(data.load_tatoeba("fra_eng"), tokenize=text.simple_tokenize,
+                                        max_tokens=recipe.seq_len, seed=recipe.seed)
+        sentences = list(pairs.references)    # a seeded random order, so that every length is represented
+        order = torch.randperm(len(sentences), generator=torch.Generator().manual_seed(recipe.seed + 1)).tolist()
+        held = [(text.simple_tokenize(s), text.simple_tokenize(pairs.references[s][0]))
+                for s in (sentences[i] for i in order[:recipe.heldout_sequences])]
+        n_held = sum(len(r) for r in pairs.references.values())
+        return PairSplit(pairs.train_pairs, held, {
+            "training_pairs": len(pairs.train_pairs), "heldout_sentences": len(pairs.references),
+            "heldout_pairs": n_held, "training_words": {"english": sum(len(s) for s, _ in pairs.train_pairs),
+                                                        "french": sum(len(t) for _, t in pairs.train_pairs)}})
+    if recipe.corpus == "chatbot-ko":          # chapter 4's split by distinct question
+        from lib.data.chatbot import heldout_split
+        rows = data.load_chatbot()
+        s = heldout_split(rows, fraction=0.05, seed=recipe.seed)
+        train_pairs = [(s.questions[i], s.answers[i]) for i in s.train]
+        held = [(s.questions[i], s.answers[i]) for i in s.heldout]
+        return PairSplit(train_pairs, held[:recipe.heldout_sequences], {
+            "pairs": len(rows), "distinct_questions": len(set(s.questions)), "training_pairs": len(train_pairs),
+            "heldout_pairs": len(held)})
+    raise SystemExit(f"recipe {recipe.name}: unknown pair corpus {recipe.corpus!r} (expected one of "
+                     f"{', '.join(PAIR_CORPORA)})")
 
 
 def _digest(pairs) -> str:
     h = hashlib.sha256()
     for s, t in pairs:
-        h.update(" ".join(s).encode("utf-8") + b"\t" + " ".join(t).encode("utf-8") + b"\n")
+        s, t = (x if isinstance(x, str) else " ".join(x) for x in (s, t))
+        h.update(s.encode("utf-8") + b"\t" + t.encode("utf-8") + b"\n")
     return h.hexdigest()
 
 
+def _vocabularies(recipe, pairs: PairSplit) -> tuple:
+    """(source, target) vocabularies from the training pairs: a word vocabulary per side, or one BPE
+    tokenizer for both (the same object twice)."""
+    if recipe.tokenizer == "words":
+        from lib.text import WordVocab
+        return (WordVocab.build((s for s, _ in pairs.train), max_size=recipe.vocab_size),
+                WordVocab.build((t for _, t in pairs.train), max_size=recipe.target_vocab_size))
+    from lib.text import train_tokenizer
+    tok = train_tokenizer([x for pair in pairs.train for x in pair], kind=recipe.tokenizer,
+                          vocab_size=recipe.vocab_size, lowercase=recipe.lowercase)
+    return tok, tok
+
+
+def load_vocabularies(recipe, folder: Path) -> tuple:
+    if recipe.tokenizer == "words":
+        from lib.text import WordVocab
+        return WordVocab.load(folder / "tokenizer.json"), WordVocab.load(folder / TARGET_TOKENIZER)
+    from lib.text import SubwordTokenizer
+    tok = SubwordTokenizer.load(folder / "tokenizer.json")
+    return tok, tok
+
+
 def prepare(recipe, folder: Path, fingerprint: dict) -> dict:
-    """The split and the two word vocabularies (``tokenizer.json`` English, ``target_tokenizer.json``
-    French), saved in ``folder`` with ``data.json``."""
+    """The split and the vocabularies (``tokenizer.json``, and ``target_tokenizer.json`` for a word
+    vocabulary per side), saved in ``folder``; returns what ``data.json`` holds."""
     from lib import data
-    from lib.text import WordVocab
     start = time.perf_counter()
     pairs = split(recipe)
-    src = WordVocab.build((s for s, _ in pairs.train_pairs), max_size=recipe.vocab_size)
-    tgt = WordVocab.build((t for _, t in pairs.train_pairs), max_size=recipe.target_vocab_size)
+    src, tgt = _vocabularies(recipe, pairs)
     folder.mkdir(parents=True, exist_ok=True)
     src.save(folder / "tokenizer.json")
-    tgt.save(folder / TARGET_TOKENIZER)
-    _, files = PAIR_CORPORA[recipe.corpus]
-    heldout_pairs = sum(len(r) for r in pairs.references.values())
-    return {"fingerprint": fingerprint, "documents": len(pairs.train_pairs) + heldout_pairs,
-            "heldout_documents": heldout_pairs, "train_tokens": len(pairs.train_pairs),
-            "heldout_tokens": heldout_pairs,
-            "counts": {"training_pairs": len(pairs.train_pairs), "heldout_sentences": len(pairs.references),
-                       "heldout_pairs": heldout_pairs,
-                       "training_words": {"english": sum(len(s) for s, _ in pairs.train_pairs),
-                                          "french": sum(len(t) for _, t in pairs.train_pairs)}},
-            "corpus_sha256": _digest(pairs.train_pairs),
+    meta = {"fingerprint": fingerprint, "documents": pairs.counts["training_pairs"] + pairs.counts["heldout_pairs"],
+            "heldout_documents": pairs.counts["heldout_pairs"], "train_tokens": len(pairs.train),
+            "heldout_tokens": pairs.counts["heldout_pairs"], "counts": pairs.counts,
+            "corpus_sha256": _digest(pairs.train),
             "datasets": [{"dataset": d, "file": name, "sha256": data.REGISTRY[d].files[name].sha256}
-                         for d, name in files],
-            "tokenizer_sha256": file_sha256(folder / "tokenizer.json"), "vocab_size": len(src),
-            "target_vocab_size": len(tgt), "target_tokenizer_sha256": file_sha256(folder / TARGET_TOKENIZER),
-            "seconds": round(time.perf_counter() - start, 1)}
+                         for d, name in PAIR_CORPORA[recipe.corpus]],
+            "tokenizer_sha256": file_sha256(folder / "tokenizer.json"), "vocab_size": src.vocab_size}
+    if tgt is not src:
+        tgt.save(folder / TARGET_TOKENIZER)
+        meta.update(target_vocab_size=tgt.vocab_size, target_tokenizer_sha256=file_sha256(folder / TARGET_TOKENIZER))
+    return {**meta, "seconds": round(time.perf_counter() - start, 1)}
 
 
-def model_config(recipe, src_vocab: int, tgt_vocab: int) -> dict:
-    return {**recipe.model, "src_vocab_size": src_vocab, "tgt_vocab_size": tgt_vocab}
+def model_config(recipe, src_vocab, tgt_vocab) -> dict:
+    if recipe.kind == "seq2seq":
+        return {**recipe.model, "src_vocab_size": src_vocab.vocab_size, "tgt_vocab_size": tgt_vocab.vocab_size}
+    # a Transformer: positions for the longest source or target (collate adds [BOS] or [EOS])
+    return {**recipe.model, "src_vocab_size": src_vocab.vocab_size, "tgt_vocab_size": tgt_vocab.vocab_size,
+            "pad_id": src_vocab.pad_id, "max_len": recipe.model.get("max_len", recipe.seq_len + 1)}
 
 
-def heldout_pairs(recipe, references: dict, src, tgt) -> list[tuple[list[int], list[int]]]:
-    """A fixed sample of ``recipe.heldout_sequences`` held-out pairs, each held-out English sentence with
-    its first translation (sentences in a seeded random order, so that every length is represented)."""
-    from lib.text import simple_tokenize as tok
-    sentences = list(references)
-    order = torch.randperm(len(sentences), generator=torch.Generator().manual_seed(recipe.seed + 1)).tolist()
-    chosen = [sentences[i] for i in order[:recipe.heldout_sequences]]
-    return [(src.encode(tok(s)), tgt.encode(tok(references[s][0]))) for s in chosen]
+def encode(recipe, pairs: list, src_vocab, tgt_vocab) -> list[tuple[list[int], list[int]]]:
+    """Id pairs; a subword corpus keeps the pairs whose source has at most ``seq_len`` pieces and whose
+    target fits in ``seq_len`` with its [EOS] (a word corpus was cut at ``seq_len`` words by its split)."""
+    ids = [(src_vocab.encode(s), tgt_vocab.encode(t)) for s, t in pairs]
+    if recipe.tokenizer == "words":
+        return ids
+    return [(s, t) for s, t in ids if len(s) <= recipe.seq_len and len(t) + 1 <= recipe.seq_len]
 
 
 def build_training(recipe, folder: Path) -> tuple:
     """(source vocabulary, the training loader, the fixed held-out batches, the model from the seed)."""
-    from lib.text import WordVocab, collate_pairs
-    src, tgt = WordVocab.load(folder / "tokenizer.json"), WordVocab.load(folder / TARGET_TOKENIZER)
+    from lib.text import collate_pairs
+    src, tgt = load_vocabularies(recipe, folder)
     pairs = split(recipe)
-    ids = [(src.encode(s), tgt.encode(t)) for s, t in pairs.train_pairs]
-    collate = collate_pairs(src.pad_id)
-    held = heldout_pairs(recipe, pairs.references, src, tgt)
+    ids = encode(recipe, pairs.train, src, tgt)
+    collate = collate_pairs(src.pad_id, bos_id=tgt.bos_id, eos_id=tgt.eos_id)
+    held = encode(recipe, pairs.heldout, src, tgt)
     heldout = [collate(held[i:i + 128]) for i in range(0, len(held), 128)]
     sampler = train.LengthBucketSampler([len(s) for s, _ in ids], recipe.batch_size, seed=recipe.seed)
     loader = torch.utils.data.DataLoader(ids, batch_sampler=sampler, collate_fn=collate)
     torch.manual_seed(recipe.seed)
-    model = checkpoints.build_model(recipe.kind, model_config(recipe, len(src), len(tgt)))
+    model = checkpoints.build_model(recipe.kind, model_config(recipe, src, tgt))
     return src, loader, heldout, model
 
 
-def step(model, batch):
-    """The teacher-forced cross-entropy per real target word (``Seq2Seq.loss``)."""
-    return model.loss(*batch), {}
+def logits(model, batch) -> torch.Tensor:
+    """Teacher-forced logits ``(B, T, V)`` of a recurrent or a Transformer encoder-decoder."""
+    src, src_len, tgt_in, _ = batch
+    if model.__class__.__name__ == "Seq2Seq":
+        return model(src, src_len, tgt_in)[0]
+    return model(src, tgt_in)
+
+
+def step_fn(recipe):
+    """The training step: the cross-entropy per real target token (a recurrent model's own
+    ``Seq2Seq.loss``), with the recipe's label smoothing."""
+    def step(model, batch):
+        if recipe.kind == "seq2seq" and not recipe.label_smoothing:
+            return model.loss(*batch), {}
+        tgt_out = batch[3]
+        return F.cross_entropy(logits(model, batch).flatten(0, 1), tgt_out.flatten(), ignore_index=model.cfg.pad_id,
+                               label_smoothing=recipe.label_smoothing), {}
+    return step
 
 
 @torch.no_grad()
 def heldout_loss(model, batches: list) -> float:
-    """Mean teacher-forced cross-entropy per held-out target word (eval mode, float32)."""
+    """Mean teacher-forced cross-entropy per real held-out target token (eval mode, float32)."""
     was = model.training
     model.eval()
     total = count = 0.0
     where = next(model.parameters()).device
-    for src, src_len, tgt_in, tgt_out in batches:
-        tgt_out = tgt_out.to(where)
-        logits, _ = model(src.to(where), src_len, tgt_in.to(where))
+    for batch in batches:
+        batch = [t.to(where) if i != 1 else t for i, t in enumerate(batch)]   # lengths stay on the CPU
+        tgt_out = batch[3]
         real = tgt_out != model.cfg.pad_id
-        total += F.cross_entropy(logits.float()[real], tgt_out[real], reduction="sum").item()
+        total += F.cross_entropy(logits(model, batch).float()[real], tgt_out[real], reduction="sum").item()
         count += real.sum().item()
     model.train(was)
     return total / count

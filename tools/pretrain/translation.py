@@ -96,7 +96,8 @@ def _vocabularies(recipe, pairs: PairSplit) -> tuple:
         return (WordVocab.build((s for s, _ in pairs.train), max_size=recipe.vocab_size),
                 WordVocab.build((t for _, t in pairs.train), max_size=recipe.target_vocab_size))
     from lib.text import train_tokenizer
-    tok = train_tokenizer([x for pair in pairs.train for x in pair], kind=recipe.tokenizer,
+    # the questions, then the answers (chapter 4's order: the same merges and ids as the page's own)
+    tok = train_tokenizer([s for s, _ in pairs.train] + [t for _, t in pairs.train], kind=recipe.tokenizer,
                           vocab_size=recipe.vocab_size, lowercase=recipe.lowercase)
     return tok, tok
 

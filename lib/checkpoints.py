@@ -63,7 +63,7 @@ from lib.io import atomic_write, folder_from_env, sha256 as file_sha256
 __all__ = ["CheckpointError", "CHECKPOINT_DIR", "MIRROR_ENV", "BUDGET_BYTES", "REGISTRY_FILE", "FileEntry",
            "CheckpointInfo", "Checkpoint", "registry", "info", "path", "load", "load_state", "save_weights",
            "register", "total_size", "config_dict", "MODEL_KINDS", "build_model", "weights_state",
-           "file_entry"]
+           "file_entry", "summary"]
 
 CHECKPOINT_DIR = Path(__file__).resolve().parent.parent / "checkpoints"
 REGISTRY_FILE = "registry.json"
@@ -384,3 +384,21 @@ def snapshots(name: str, root: str | os.PathLike | None = None) -> list[str]:
     """The registered snapshots of checkpoint ``name`` (``"ko-bert@3M"`` ...), fewest tokens first;
     the final checkpoint itself is not among them."""
     return [n for n in along_the_run(name, root).values() if n != name]
+
+
+def summary(ckpt: Checkpoint) -> str:
+    """One sentence from a checkpoint's card: how it was made (the command, what it read, how long, on
+    which device and in which precision) and how it is stored, for the page that loads it."""
+    card = ckpt.card
+    t, h = card.get("training"), card.get("heldout")
+    if not t or not h:
+        raise CheckpointError(f"checkpoint {ckpt.name!r} has no card to summarise (a snapshot?)")
+    unit = t.get("unit", "tokens")
+    device = str(t["device"]).split("|")[0].replace("device=", "").strip()
+    passes = card["data"]["passes"]
+    per_step = f"{t['global_batch']} pairs" if unit == "pairs" else f"{t['global_batch']} x {t['seq_len']} tokens"
+    commit = card["commit"] + (" with uncommitted changes" if card.get("uncommitted_changes") else "")
+    return (f"{ckpt.name}: {t['steps']:,} steps of {per_step} ({t['tokens_seen']:,} {unit}, {passes:g} passes over "
+            f"the training data) in {t['wall_seconds'] / 60:.1f} minutes on {device} in {t['precision']}, "
+            f"commit {commit}, by `{card['command']}`; stored in {h['stored_dtype']} "
+            f"({ckpt.info.size / 1e6:.1f} MB).")

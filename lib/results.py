@@ -33,12 +33,12 @@ import re
 import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from lib.io import atomic_write
 
 __all__ = ["ENV_VAR", "CI_ENV_VAR", "REPO", "COMMITTED_DIR", "results_dir", "path", "record", "RecordedFile", "load", "full",
-           "stale", "table", "show", "flatten"]
+           "stale", "table", "show", "flatten", "Reading", "conclude"]
 
 ENV_VAR = "COURSE_RESULTS_DIR"
 CI_ENV_VAR = "COURSE_CI_RESULTS_DIR"
@@ -227,21 +227,31 @@ def full(chapter: str) -> dict[str, Any] | None:
     return entry["metrics"] if entry else None
 
 
+#: the metrics entries that name the checkpoints a page evaluated, ``{name: sha256 of the weights}``
+CHECKPOINT_KEYS = ("checkpoints", "checkpoint")
+
+
 def stale(chapter: str, live: Mapping[str, Any]) -> str | None:
     """A sentence when the recorded full run of ``chapter`` is older than the page that shows it:
-    the top-level rows it has that ``live`` (this run's metrics) lacks, and the ones it lacks;
-    None when both have the same rows, or nothing full was recorded."""
+    the top-level rows it has that ``live`` (this run's metrics) lacks, the ones it lacks, and the
+    checkpoints whose weights differ (a ``checkpoints`` entry, ``{name: sha256}``, in both); None when
+    both have the same rows and weights, or nothing full was recorded."""
     recorded = full(chapter)
     if not recorded:
         return None
     gone, new = sorted(set(recorded) - set(live)), sorted(set(live) - set(recorded))
-    if not gone and not new:
-        return None
     parts = []
     if gone:
         parts.append(f"its rows {', '.join(gone)} come from sections the page no longer has")
     if new:
         parts.append(f"it lacks {', '.join(new)}")
+    for key in CHECKPOINT_KEYS:             # which weights the numbers came from: {name: sha256}
+        theirs, ours = recorded.get(key), live.get(key)
+        if isinstance(theirs, Mapping) and isinstance(ours, Mapping) and theirs != ours:
+            other = sorted(n for n in set(theirs) | set(ours) if theirs.get(n) != ours.get(n))
+            parts.append(f"it evaluated other weights of {', '.join(other)} than the page loads now")
+    if not parts:
+        return None
     return "the recorded full run predates this version of the page: " + " and ".join(parts)
 
 
@@ -367,3 +377,54 @@ def show(chapter: str, live: Mapping[str, Any] | None = None) -> None:
         print(repr(shown))
     else:
         display(shown)
+
+
+# --------------------------------------------------------------------------------------------
+# Conclusions, as prose
+# --------------------------------------------------------------------------------------------
+
+class Reading:
+    """An experiment's conclusion as the page shows it: one or two generated sentences as a paragraph
+    (wrapped text, readable on a phone), and the secondary readings in a collapsed block under it.
+    ``str()`` is the plain text (what a terminal prints)."""
+
+    def __init__(self, sentences: Sequence[str], more: Sequence[str] = (), more_title: str = "More readings"):
+        self.sentences = _sentences("sentences", sentences)
+        if not self.sentences:
+            raise ValueError("a reading needs at least one sentence")
+        self.more = _sentences("more", more)
+        self.more_title = more_title
+
+    def _repr_html_(self) -> str:
+        import html
+        body = "<p>" + " ".join(html.escape(t) for t in self.sentences) + "</p>"
+        if self.more:
+            body += (f"<details><summary>{html.escape(self.more_title)}</summary>"
+                     + "".join(f"<p>{html.escape(t)}</p>" for t in self.more) + "</details>")
+        return f'<div class="course-reading">{body}</div>'
+
+    def __str__(self) -> str:
+        return "\n".join([" ".join(self.sentences), *(f"  {t}" for t in self.more)])
+
+    __repr__ = __str__
+
+
+def _sentences(name: str, texts: Sequence[str]) -> list[str]:
+    if isinstance(texts, str) or not all(isinstance(t, str) and t.strip() for t in texts):
+        raise TypeError(f"{name} must be a list of non-empty sentences (str), got {texts!r:.120}")
+    return [t.strip() for t in texts]
+
+
+def conclude(*sentences: str, more: Sequence[str] = (), more_title: str = "More readings") -> Reading:
+    """Show an experiment's conclusion (see :class:`Reading`) and return it."""
+    reading = Reading(list(sentences), more, more_title)
+    try:
+        from IPython import get_ipython
+        from IPython.display import display
+    except ImportError:  # pragma: no cover
+        get_ipython = None
+    if get_ipython is not None and get_ipython() is not None:
+        display(reading)
+    else:
+        print(reading)
+    return reading

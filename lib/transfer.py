@@ -224,11 +224,12 @@ def item_sentence(d: Mapping[str, float], name_a: str, name_b: str, what: str, u
     shares: means in %, the difference in points, higher is better), ``"bleu"`` (BLEU scores, 0 to
     100: means and difference in BLEU points, higher is better) or ``"nats"`` (a loss: means and
     difference in nats, lower is better, so the model with the lower loss is the one ahead).
-    ``over`` names what was paired: ``"items"`` (test items) or ``"seeds"`` (runs with the same seed)."""
+    ``over`` names what was paired: ``"items"`` (test items), ``"seeds"`` (runs with the same seed) or
+    ``"sentences"`` (held-out sentences, e.g. a paired bootstrap of BLEU: :func:`lib.translation.paired_bleu`)."""
     if unit not in ("percent", "bleu", "nats"):
         raise ValueError(f"unit must be 'percent', 'bleu' or 'nats', got {unit!r}")
-    if over not in ("items", "seeds"):
-        raise ValueError(f"over must be 'items' or 'seeds', got {over!r}")
+    if over not in ("items", "seeds", "sentences"):
+        raise ValueError(f"over must be 'items', 'seeds' or 'sentences', got {over!r}")
     mean, se, one, n = d["mean"], d["se"], over[:-1], int(d["n"])
     count = f"{n:,} {one if n == 1 else over}"
     if unit == "percent":

@@ -9,7 +9,10 @@ equal terms:
   kept as a BLEU reference (none of them is seen in training);
 * :func:`length_buckets` groups the held-out sentences by source length in tokens;
 * :func:`corpus_bleu` is sacreBLEU's corpus BLEU on our own tokenisation, against all the
-  references of each sentence.
+  references of each sentence;
+* :func:`paired_bleu` compares two systems on the same sentences: both BLEUs, their difference and
+  the difference's standard error from a paired bootstrap over the sentences (corpus BLEU is not a
+  mean over sentences, so the sentences are resampled and BLEU recomputed from their n-gram counts).
 
 Explained in chapters/01_seq2seq_attention.ipynb, chapters/03_transformer.ipynb.
 """
@@ -25,7 +28,7 @@ from lib.text import simple_tokenize
 from lib.validate import check_int
 
 __all__ = ["DEFAULT_BUCKETS", "TranslationSplit", "is_held_out", "split_pairs", "bucket_name",
-           "length_buckets", "corpus_bleu"]
+           "length_buckets", "heldout_sample", "corpus_bleu", "bleu_statistics", "bleu_from_statistics", "paired_bleu"]
 
 #: Source-length buckets (in tokens, both ends included; ``None``: no upper end).
 DEFAULT_BUCKETS: tuple[tuple[int, int | None], ...] = ((1, 5), (6, 8), (9, 11), (12, 14), (15, None))
@@ -134,6 +137,16 @@ def length_buckets(references: Mapping[str, Sequence[str]], *, tokenize: Tokeniz
     return sets
 
 
+def heldout_sample(references: Mapping[str, Sequence[str]], n: int, seed: int = 1) -> list[tuple[str, str]]:
+    """``n`` held-out ``(source, its first translation)`` pairs in a seeded random order (every length
+    represented): the pairs on which ``python -m tools.pretrain`` measures a translator's held-out loss
+    while it trains (with ``seed`` = the recipe's seed + 1), so that a page can measure the same."""
+    n = check_int("n", n, 1)
+    sources = list(references)
+    order = torch.randperm(len(sources), generator=torch.Generator().manual_seed(seed)).tolist()
+    return [(sources[i], references[sources[i]][0]) for i in order[:n]]
+
+
 def corpus_bleu(hypotheses: Sequence[Sequence[str]], references: Sequence[Sequence[str]], *,
                 tokenize: Tokenize = simple_tokenize) -> float:
     """Corpus BLEU (0–100) of tokenised ``hypotheses`` against untokenised ``references``.
@@ -157,3 +170,50 @@ def corpus_bleu(hypotheses: Sequence[Sequence[str]], references: Sequence[Sequen
     n_refs = max(len(r) for r in references)
     streams = [[" ".join(tokenize(r[k])) if k < len(r) else None for r in references] for k in range(n_refs)]
     return sacrebleu.corpus_bleu([" ".join(h) for h in hypotheses], streams, tokenize="none", force=True).score
+
+
+def _bleu_metric():
+    from sacrebleu.metrics import BLEU
+    return BLEU(tokenize="none", force=True)
+
+
+def bleu_statistics(hypotheses: Sequence[Sequence[str]], references: Sequence[Sequence[str]], *,
+                    tokenize: Tokenize = simple_tokenize) -> torch.Tensor:
+    """The n-gram counts BLEU is computed from, one row per sentence ``(N, 10)``: hypothesis length,
+    closest reference length, then matched and total n-grams for n = 1..4 (sacreBLEU's). Corpus BLEU
+    is :func:`bleu_from_statistics` of their column sums, so any resample of the sentences can be
+    scored without translating again."""
+    corpus_bleu(hypotheses, references, tokenize=tokenize)          # the same checks (and sacreBLEU present)
+    n_refs = max(len(r) for r in references)
+    streams = [[" ".join(tokenize(r[k])) if k < len(r) else None for r in references] for k in range(n_refs)]
+    stats = _bleu_metric()._extract_corpus_statistics([" ".join(h) for h in hypotheses], streams)
+    return torch.tensor(stats, dtype=torch.float64)
+
+
+def bleu_from_statistics(stats: torch.Tensor) -> float:
+    """Corpus BLEU (0-100) of the sentences whose :func:`bleu_statistics` rows are ``stats``."""
+    if stats.dim() != 2 or stats.shape[1] != 10 or not len(stats):
+        raise ValueError(f"stats must be bleu_statistics rows (N, 10), got shape {tuple(stats.shape)}")
+    return float(_bleu_metric()._compute_score_from_stats([int(x) for x in stats.sum(0).round().tolist()]).score)
+
+
+def paired_bleu(hyps_a: Sequence[Sequence[str]], hyps_b: Sequence[Sequence[str]],
+                references: Sequence[Sequence[str]], *, tokenize: Tokenize = simple_tokenize,
+                samples: int = 1000, seed: int = 0) -> dict[str, float]:
+    """Two systems' translations of the same sentences: ``{"a", "b"}`` their corpus BLEUs, ``"mean"``
+    the difference ``a - b``, ``"se"`` its standard error from a paired bootstrap (``samples``
+    resamples of the sentences with replacement, the same resample for both systems, from ``seed``),
+    ``"n"`` the number of sentences. The dict reads like :func:`lib.transfer.item_difference`'s, so
+    :func:`lib.transfer.item_sentence` (``unit="bleu"``) turns it into a sentence."""
+    samples = check_int("samples", samples, 2)
+    if not (len(hyps_a) == len(hyps_b) == len(references)):
+        raise ValueError(f"both systems must translate the same sentences: got {len(hyps_a)} and {len(hyps_b)} "
+                         f"translations for {len(references)} reference lists")
+    sa, sb = (bleu_statistics(h, references, tokenize=tokenize) for h in (hyps_a, hyps_b))
+    a, b = bleu_from_statistics(sa), bleu_from_statistics(sb)
+    g = torch.Generator().manual_seed(seed)
+    diffs = []
+    for _ in range(samples):
+        idx = torch.randint(len(sa), (len(sa),), generator=g)
+        diffs.append(bleu_from_statistics(sa[idx]) - bleu_from_statistics(sb[idx]))
+    return {"a": a, "b": b, "mean": a - b, "se": float(torch.tensor(diffs).std()), "n": len(sa)}

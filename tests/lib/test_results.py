@@ -250,3 +250,11 @@ def test_stale_names_the_rows_a_recorded_run_has_and_lacks(dirs):
                     "the page no longer has and it lacks imdb_curve")
     assert results.stale("05_demo", {"loss": 1.0}) == ("the recorded full run predates this version of the page: "
                                                         "its rows imdb come from sections the page no longer has")
+
+
+def test_a_record_of_other_checkpoint_weights_is_stale(dirs):
+    results.record("05_demo", {"checkpoints": {"a": "11", "b": "22"}, "bleu": 20.0}, hp("full"))
+    assert results.stale("05_demo", {"checkpoints": {"a": "11", "b": "22"}, "bleu": 21.0}) is None
+    note = results.stale("05_demo", {"checkpoints": {"a": "11", "b": "33"}, "bleu": 21.0})
+    assert note == ("the recorded full run predates this version of the page: it evaluated other weights of b "
+                    "than the page loads now")

@@ -58,10 +58,8 @@ def split(recipe) -> PairSplit:
         from lib import text, translation
         pairs = translation.split_pairs(data.load_tatoeba("fra_eng"), tokenize=text.simple_tokenize,
                                         max_tokens=recipe.seq_len, seed=recipe.seed)
-        sentences = list(pairs.references)    # a seeded random order, so that every length is represented
-        order = torch.randperm(len(sentences), generator=torch.Generator().manual_seed(recipe.seed + 1)).tolist()
-        held = [(text.simple_tokenize(s), text.simple_tokenize(pairs.references[s][0]))
-                for s in (sentences[i] for i in order[:recipe.heldout_sequences])]
+        held = [(text.simple_tokenize(s), text.simple_tokenize(t))      # a seeded random order: every length
+                for s, t in translation.heldout_sample(pairs.references, recipe.heldout_sequences, recipe.seed + 1)]
         n_held = sum(len(r) for r in pairs.references.values())
         return PairSplit(pairs.train_pairs, held, {
             "training_pairs": len(pairs.train_pairs), "heldout_sentences": len(pairs.references),

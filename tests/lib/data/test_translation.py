@@ -169,3 +169,34 @@ def test_corpus_bleu_equals_sacrebleu_on_the_same_tokenisation():
 def test_corpus_bleu_rejects_bad_input(hyps, refs, error, match):
     with pytest.raises(error, match=match):
         tr.corpus_bleu(hyps, refs)
+
+
+# ----------------------------------------------------------------------------- BLEU's uncertainty
+
+def test_bleu_from_the_sentences_statistics_is_corpus_bleu():
+    hyps = [["le", "chat", "est", "noir"], ["il", "pleut"], ["bonjour"], ["je", "suis", "là", "."]]
+    refs = [["le chat est noir", "le chat noir"], ["il pleut ."], ["bonjour !"], ["je suis ici ."]]
+    stats = tr.bleu_statistics(hyps, refs)
+    assert stats.shape == (4, 10)
+    assert tr.bleu_from_statistics(stats) == pytest.approx(tr.corpus_bleu(hyps, refs), abs=1e-9)
+    # a subset of the sentences is the subset's corpus BLEU, not a mean of sentence scores
+    assert tr.bleu_from_statistics(stats[[0, 3]]) == pytest.approx(
+        tr.corpus_bleu([hyps[0], hyps[3]], [refs[0], refs[3]]), abs=1e-9)
+    with pytest.raises(ValueError, match=r"\(N, 10\)"):
+        tr.bleu_from_statistics(stats[:, :4])
+
+
+def test_paired_bleu_is_the_difference_with_a_bootstrap_standard_error():
+    good = [["le", "chat", "est", "noir"], ["il", "pleut"], ["bonjour"], ["je", "suis", "ici", "."]] * 30
+    bad = [["le", "chien", "est", "noir"], ["il", "neige"], ["bonjour"], ["je", "suis", "là", "."]] * 30
+    refs = [["le chat est noir"], ["il pleut"], ["bonjour"], ["je suis ici ."]] * 30
+    d = tr.paired_bleu(good, bad, refs, samples=200, seed=0)
+    assert d["a"] == pytest.approx(tr.corpus_bleu(good, refs)) and d["mean"] == pytest.approx(d["a"] - d["b"])
+    assert d["n"] == 120 and 0 < d["se"] < d["mean"] / 4
+    assert tr.paired_bleu(good, bad, refs, samples=200, seed=0) == d            # the seed decides
+    same = tr.paired_bleu(good, good, refs, samples=50)
+    assert same["mean"] == 0 and same["se"] == 0                                         # paired: no noise
+    # the noise shrinks with more sentences (the same sentences four times over)
+    assert tr.paired_bleu(good * 4, bad * 4, refs * 4, samples=200)["se"] < d["se"]
+    with pytest.raises(ValueError, match="the same sentences"):
+        tr.paired_bleu(good, bad[:-1], refs)

@@ -267,7 +267,7 @@ def test_the_t5_recipe_corrupts_spans_with_the_last_ids_as_sentinels_and_loads_a
 def test_the_t5_corpus_never_holds_a_test_item_of_chapter_11(data_mirror):
     from lib.data import load_chatbot, load_tatoeba
     from lib.translation import is_held_out
-    docs, counts = pretrain._t5_mix()
+    docs, counts = pretrain.corpora._t5_mix()
     assert counts["documents"] == len(docs) and counts["french_sentences"] > 10_000
     docs = set(docs)
     pairs = load_tatoeba("fra_eng")
@@ -281,7 +281,7 @@ def test_a_snapshot_missed_by_an_interruption_is_written_on_resume(data_mirror, 
     def killed(*args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(pretrain, "write_snapshot", killed)      # killed after the checkpoint at 1024 tokens
+    monkeypatch.setattr(pretrain.card, "write_snapshot", killed)      # killed after the checkpoint at 1024 tokens
     with pytest.raises(KeyboardInterrupt):
         run(tmp_path, "--snapshots", "1024", "--minutes", "0")
     monkeypatch.undo()

@@ -187,7 +187,12 @@ def test_every_repository_checkpoint_loads_with_its_tokenizer_and_card():
         ckpt = checkpoints.load(name)
         # a T5 model's vocabulary is its tokenizer's plus the sentinels, the last ids (tools.pretrain)
         extra = COURSE_SENTINELS if ckpt.info.kind == "t5-span" else 0
-        assert ckpt.tokenizer is not None and ckpt.tokenizer.vocab_size + extra == ckpt.info.config["vocab_size"]
+        cfg = ckpt.info.config
+        if "src_vocab_size" in cfg:     # an encoder-decoder on sentence pairs: a vocabulary per side, or one for both
+            target = ckpt.target_tokenizer or ckpt.tokenizer
+            assert (ckpt.tokenizer.vocab_size, target.vocab_size) == (cfg["src_vocab_size"], cfg["tgt_vocab_size"])
+        else:
+            assert ckpt.tokenizer is not None and ckpt.tokenizer.vocab_size + extra == cfg["vocab_size"]
         read[name] = checkpoints.tokens_seen(name)
     for name, tokens in read.items():
         base = name.split("@")[0]

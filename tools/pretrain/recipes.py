@@ -1,0 +1,267 @@
+"""The recipes: everything a run depends on besides its budget and snapshots (``Recipe``), the
+optimizers and schedules a recipe can name, and every recipe of the course (``RECIPES``)."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from lib.models.t5 import COURSE_SENTINELS
+from tools.pretrain import translation
+
+T5_SENTINELS = COURSE_SENTINELS   # t5-span: <extra_id_0> is the model's last id, <extra_id_31> the 32nd from the end
+
+
+#: the optimizers a recipe can name. Adafactor (Shazeer and Stern, 2018) is T5's: its ``lr`` is a relative
+#: step, each parameter's update scaled by that parameter's root mean square (``torch.optim.Adafactor``).
+#: At the T5 paper's 1e-2 it moves the N(0, 1) shared embedding ten times as far per step as AdamW at
+#: 1e-3, and that is what lets a small T5 learn to read its input: with AdamW at 2e-3, t5-mix's
+#: first run scored its targets as well after another chunk's input as after its own (chapter 11).
+OPTIMIZERS: dict[str, Callable] = {
+    "adamw": lambda params, lr, weight_decay: torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay),
+    "adafactor": lambda params, lr, weight_decay: torch.optim.Adafactor(params, lr=lr, weight_decay=weight_decay),
+    # the Transformer paper's Adam (beta2 0.98, eps 1e-9): chapters 3 and 4
+    "adam-transformer": lambda params, lr, weight_decay: torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.98), eps=1e-9,
+                                                                          weight_decay=weight_decay),
+}
+#: learning-rate schedules: "cosine" (linear warm-up over ``warmup`` of the steps, then cosine to
+#: ``min_lr_ratio`` x lr) or "inverse-sqrt" (the Transformer paper's, warm-up over ``warmup`` of the steps,
+#: then 1/sqrt(step), scaled by d_model^-0.5 and by lr: chapter 4's chatbot)
+SCHEDULES = ("cosine", "inverse-sqrt")
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """Everything a pretraining run depends on (besides the token budget and the snapshots)."""
+    name: str
+    kind: str                       # a lib.checkpoints.MODEL_KINDS key: bert-mlm, gpt-lm, bart-denoise, elmo-bilm, t5-span,
+                                    # or seq2seq (the translation family: tools/pretrain/translation.py)
+    description: str
+    corpus: str                     # a CORPORA key, or a translation.PAIR_CORPORA key for the translation family
+    model: dict                     # model configuration (vocabulary size and length are added)
+    tokenizer: str = "bpe"          # lib.text.train_tokenizer kind ("bpe", "wordpiece"), or "words" (elmo-bilm)
+    vocab_size: int = 8000
+    lowercase: bool = False
+    seq_len: int = 64               # tokens per packed sequence; translation: the longest training sentence, in words
+    unit: str = "tokens"            # what a step's batch counts: "tokens" (packed sequences) or "pairs" (translation)
+    target_vocab_size: int | None = None  # translation: the target side's vocabulary (vocab_size is the source's)
+    clip_grad: float | None = None  # gradient-norm clipping (lib.train.fit's clip_grad)
+    label_smoothing: float = 0.0    # translation family: the training loss's label smoothing
+    schedule: str = "cosine"        # a SCHEDULES entry
+    batch_size: int = 64            # sequences per optimizer step, all processes together
+    optimizer: str = "adamw"        # a OPTIMIZERS key: "adamw", or "adafactor" (T5's, lr a relative step)
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    warmup: float = 0.05            # share of the steps
+    min_lr_ratio: float = 0.1       # the cosine ends at lr * min_lr_ratio
+    tokens: int = 40_000_000        # default length of the schedule
+    eval_every_tokens: int = 1_000_000
+    log_every_tokens: int = 100_000  # how often the averaged training loss goes to the history
+    heldout_every: int = 100        # every 100th document is held out
+    heldout_sequences: int = 256
+    mask_prob: float = 0.15         # bert-mlm: share of tokens masked; bart-denoise: share text infilling hides
+    masking: str = "token"          # bert-mlm: "token" (BERT) or "knowledge" (ERNIE 1.0's three levels)
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"recipe {self.name}: optimizer must be one of {sorted(OPTIMIZERS)}, got {self.optimizer!r}")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"recipe {self.name}: schedule must be one of {SCHEDULES}, got {self.schedule!r}")
+        if self.masking not in ("token", "knowledge"):
+            raise ValueError(f"recipe {self.name}: masking must be 'token' or 'knowledge', got {self.masking!r}")
+        if self.masking == "knowledge" and self.kind != "bert-mlm":
+            raise ValueError(f"recipe {self.name}: knowledge masking is for bert-mlm, not {self.kind}")
+        if (self.unit == "pairs") != (self.kind in translation.PAIR_KINDS):
+            raise ValueError(f"recipe {self.name}: a translation kind ({', '.join(sorted(translation.PAIR_KINDS))}) "
+                             f"counts pairs (unit='pairs'), and only it does; got kind {self.kind} with unit {self.unit!r}")
+        if self.unit == "pairs":
+            if (self.tokenizer == "words") != (self.target_vocab_size is not None):
+                raise ValueError(f"recipe {self.name}: a pair recipe reads words with a vocabulary for each side "
+                                 "(tokenizer='words' and target_vocab_size), or subwords with one for both")
+        elif (self.tokenizer == "words") != (self.kind == "elmo-bilm"):
+            raise ValueError(f"recipe {self.name}: an elmo-bilm model reads words (tokenizer='words'), and only it does; "
+                             f"got kind {self.kind} with tokenizer {self.tokenizer!r}")
+
+    @property
+    def tokens_per_step(self) -> int:
+        """The budget's unit read per step: tokens of packed sequences, or pairs (``unit="pairs"``)."""
+        return self.batch_size * (1 if self.unit == "pairs" else self.seq_len)
+
+    @property
+    def source_len(self) -> int:
+        """bart-denoise: the encoder's input length (text infilling can add a [MASK] per empty span)."""
+        return self.seq_len + 8
+
+    def model_config(self, vocab_size: int) -> dict:
+        if self.kind == "bert-mlm":
+            return {**self.model, "vocab_size": vocab_size, "max_position": self.seq_len}
+        if self.kind == "bart-denoise":
+            return {**self.model, "vocab_size": vocab_size, "max_len": self.source_len}
+        if self.kind == "elmo-bilm":
+            return {**self.model, "vocab_size": vocab_size}
+        if self.kind == "t5-span":              # T5's sentinels are the last ids, after the tokenizer's
+            from lib.text import SPECIAL_IDS
+            return {**self.model, "vocab_size": vocab_size + T5_SENTINELS, "pad_id": SPECIAL_IDS["pad"],
+                    "eos_id": SPECIAL_IDS["eos"], "decoder_start_id": SPECIAL_IDS["pad"]}
+        return {**self.model, "vocab_size": vocab_size, "block_size": self.seq_len}
+
+
+# No dropout while pretraining: a run of one or two passes does not overfit, and on a CPU dropout's
+# random masks cost about a fifth of the step (measured with the profiler). Fine-tuning asks for its
+# own (lib.checkpoints.load(name, config=...) takes the caller's dropout rates).
+_BERT_4x256 = dict(hidden_size=256, num_layers=4, num_heads=4, intermediate_size=1024, dropout=0.0,
+                   attention_dropout=0.0)
+RECIPES: dict[str, Recipe] = {r.name: r for r in [
+    Recipe("ko-bert", "bert-mlm", "Korean BERT (4 layers x 256), masked LM only, on the NSMC crawl without any "
+           "test review", corpus="nsmc", model=_BERT_4x256, heldout_sequences=512),
+    # ERNIE 1.0's knowledge masking on ko-bert's corpus, tokenizer, model, seed and schedule: the twin
+    # whose only difference from ko-bert is which tokens are hidden (chapter 13)
+    Recipe("ernie-ko", "bert-mlm", "Korean ERNIE (4 layers x 256): ko-bert's twin with knowledge masking (tokens, "
+           "phrases and entities in equal parts) on the NSMC crawl without any test review", corpus="nsmc",
+           model=_BERT_4x256, heldout_sequences=512, masking="knowledge"),
+    Recipe("gpt-imdb", "gpt-lm", "GPT-2-style decoder (4 layers x 256) on IMDB's training and unlabelled reviews, "
+           "never a test review", corpus="imdb", model=dict(n_layer=4, n_head=4, n_embd=256, dropout=0.0),
+           seq_len=128, batch_size=32, tokens=24_000_000, heldout_sequences=512),
+    # BART's final noise (sentence permutation, then text infilling of 30 % in Poisson(3) spans) on
+    # packed stretches of the NSMC crawl, the reviews in a stretch being its sentences (chapter 10)
+    Recipe("bart-ko", "bart-denoise", "Korean BART (2 + 2 layers x 256), sentence permutation and text infilling "
+           "on the NSMC crawl without any test review", corpus="nsmc",
+           model=dict(d_model=256, num_heads=4, encoder_layers=2, decoder_layers=2, d_ff=1024, dropout=0.0),
+           mask_prob=0.3, heldout_sequences=512),
+    # ELMo's biLM (chapter 6): words read as UTF-8 bytes by a character CNN, a forward and a backward
+    # LSTM language model over packed windows of words (each review between <S> and </S>), the softmax
+    # over the most frequent words (the rest are read, never predicted). The softmax is adaptive: a full
+    # one over 16,000 words was half of a CPU step (1.2 s; 0.78 s adaptive, measured with bfloat16 on
+    # 2 threads), and the reviews hold 5.4M training words, so 12M words are about 2.2 passes
+    Recipe("elmo-ko", "elmo-bilm", "Korean ELMo biLM (character CNN, 2 LSTM layers of 256 cells, projection 128) "
+           "on the NSMC crawl without any test review", corpus="nsmc", tokenizer="words", vocab_size=16_000,
+           model=dict(max_chars=24, char_dim=16, filters=((1, 32), (2, 32), (3, 64), (4, 64), (5, 96), (6, 96),
+                                                         (7, 128)), highway=2, proj=128, hidden=256, lstm_layers=2,
+                      dropout=0.0, softmax_cutoffs=(2000, 6000)),
+           seq_len=32, batch_size=64, lr=2e-3, tokens=12_000_000, heldout_sequences=512),
+    # T5's span corruption (15 % of the tokens in spans of mean length 3, each span one sentinel) on
+    # packed 128-token stretches of chapter 11's three languages (t5-mix), the size of chapter 11's
+    # full-recipe model: the chapter fine-tunes it on translation, sentiment and chat (chapter 11)
+    Recipe("t5-mix", "t5-span", "T5 (2 + 2 layers x 128) with span corruption on Korean and English reviews, "
+           "English and French Tatoeba sentences and the chatbot's texts, never a test item of chapter 11",
+           corpus="t5-mix", model=dict(d_model=128, d_kv=32, d_ff=512, num_heads=4, num_layers=2, dropout=0.0),
+           lowercase=True, seq_len=128, batch_size=64, optimizer="adafactor", lr=1e-2, weight_decay=0.0,
+           tokens=40_000_000, heldout_sequences=512, mask_prob=0.15),
+    # Chapter 1's two translators, English -> French: the same GRU encoder-decoder with one fixed context
+    # vector or with Luong's dot attention, the same data order, budget and schedule. 6,000 steps of 64
+    # pairs are three passes over the 128,463 training pairs (0.17 s a step on one CPU thread).
+    *[Recipe(f"s2s-{arm}-fra-eng", "seq2seq", f"GRU encoder-decoder (128-d words, 256-d states) {what}, "
+             "English -> French on the Tatoeba pairs whose English sentence is not held out (chapter 1)",
+             corpus="tatoeba-fra-eng", tokenizer="words", vocab_size=5_000, target_vocab_size=6_000, lowercase=True,
+             model=dict(emb_dim=128, hidden_dim=256, cell="gru", attention=arm == "attention"), unit="pairs",
+             seq_len=25, batch_size=64, lr=2e-3, weight_decay=0.0, clip_grad=1.0, tokens=384_000,
+             eval_every_tokens=32_000, log_every_tokens=3_200, heldout_sequences=2_048)
+      for arm, what in (("fixed", "with one fixed context vector"), ("attention", "with dot-product (Luong) attention"))],
+    # Chapter 3's Transformer translator: chapter 1's data, vocabularies, batches, budget and schedule shape
+    # (its attention RNN is s2s-attention-fra-eng), the Transformer paper's Adam and label smoothing 0.1
+    Recipe("transformer-fra-eng", "transformer", "Transformer encoder-decoder (2 + 2 layers x 128, 4 heads, output "
+           "layer tied to the target embeddings), English -> French on the Tatoeba pairs whose English sentence is "
+           "not held out (chapter 3)", corpus="tatoeba-fra-eng", tokenizer="words", vocab_size=5_000,
+           target_vocab_size=6_000, lowercase=True,
+           model=dict(d_model=128, num_heads=4, num_encoder_layers=2, num_decoder_layers=2, d_ff=512, dropout=0.1,
+                      max_len=58, tie_output=True), unit="pairs", seq_len=25, batch_size=64,
+           optimizer="adam-transformer", lr=2e-3, weight_decay=0.0, clip_grad=1.0, label_smoothing=0.1,
+           tokens=384_000, eval_every_tokens=32_000, log_every_tokens=3_200, heldout_sequences=2_048),
+    # Chapter 4's chatbot, the seed's recipe: post-LN 2 + 2 layers x 256 with 8 heads, separate embeddings,
+    # label smoothing 0.1, the paper's schedule with 4,000 warm-up steps, 50 passes over the training pairs
+    # (8,800 steps of 64)
+    Recipe("chatbot-ko", "transformer", "Transformer chatbot (2 + 2 layers x 256, 8 heads, post-LN) on the Korean "
+           "chatbot pairs whose question is not held out (chapter 4)", corpus="chatbot-ko", tokenizer="bpe",
+           vocab_size=8_192, model=dict(d_model=256, num_heads=8, num_encoder_layers=2, num_decoder_layers=2,
+                                         d_ff=512, dropout=0.1, max_len=64, norm_first=False, share_embeddings=False),
+           unit="pairs", seq_len=40, batch_size=64, optimizer="adam-transformer", lr=1.0, weight_decay=0.0,
+           schedule="inverse-sqrt", warmup=4_000 / 8_800, label_smoothing=0.1, tokens=8_800 * 64,
+           eval_every_tokens=880 * 64, log_every_tokens=88 * 64, heldout_sequences=1_000),
+    # for the tests: the same code on 3,000 rows of the crawl, a model of a few thousand parameters
+    Recipe("ko-bert-tiny", "bert-mlm", "test recipe: ko-bert's code at toy size", corpus="nsmc-first-3000",
+           model=dict(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64), vocab_size=400,
+           seq_len=32, batch_size=8, tokens=8 * 32 * 12, eval_every_tokens=8 * 32 * 4, log_every_tokens=8 * 32,
+           heldout_every=10, heldout_sequences=16),
+    Recipe("ernie-ko-tiny", "bert-mlm", "test recipe: ernie-ko's code at toy size", corpus="nsmc-first-3000",
+           model=dict(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64), vocab_size=400,
+           seq_len=32, batch_size=8, tokens=8 * 32 * 12, eval_every_tokens=8 * 32 * 4, log_every_tokens=8 * 32,
+           heldout_every=10, heldout_sequences=16, masking="knowledge"),
+    Recipe("bart-ko-tiny", "bart-denoise", "test recipe: bart-ko's code at toy size", corpus="nsmc-first-3000",
+           model=dict(d_model=32, num_heads=2, encoder_layers=1, decoder_layers=1, d_ff=64), vocab_size=400,
+           seq_len=32, batch_size=8, tokens=8 * 32 * 12, eval_every_tokens=8 * 32 * 4, log_every_tokens=8 * 32,
+           heldout_every=10, heldout_sequences=16, mask_prob=0.3),
+    Recipe("elmo-ko-tiny", "elmo-bilm", "test recipe: elmo-ko's code at toy size", corpus="nsmc-first-3000",
+           tokenizer="words", vocab_size=200, model=dict(max_chars=16, char_dim=4, filters=((1, 4), (2, 4)), highway=1,
+                                                         proj=8, hidden=16, lstm_layers=1, dropout=0.0,
+                                                         softmax_cutoffs=(40,)),
+           seq_len=16, batch_size=8, tokens=8 * 16 * 12, eval_every_tokens=8 * 16 * 4, log_every_tokens=8 * 16,
+           heldout_every=10, heldout_sequences=16),
+    Recipe("t5-mix-tiny", "t5-span", "test recipe: t5-mix's code at toy size", corpus="nsmc-first-3000",
+           model=dict(d_model=16, d_kv=8, d_ff=32, num_heads=2, num_layers=1, dropout=0.0), vocab_size=400,
+           lowercase=True, seq_len=32, batch_size=8, optimizer="adafactor", lr=1e-2, weight_decay=0.0,
+           tokens=8 * 32 * 12, eval_every_tokens=8 * 32 * 4, log_every_tokens=8 * 32, heldout_every=10,
+           heldout_sequences=16, mask_prob=0.15),
+    Recipe("s2s-attention-tiny", "seq2seq", "test recipe: the translators' code at toy size", corpus="tatoeba-fra-eng",
+           tokenizer="words", vocab_size=200, target_vocab_size=200, lowercase=True,
+           model=dict(emb_dim=8, hidden_dim=16, cell="gru", attention=True), unit="pairs", seq_len=25, batch_size=8,
+           weight_decay=0.0, clip_grad=1.0, tokens=8 * 12, eval_every_tokens=8 * 4, log_every_tokens=8,
+           heldout_sequences=16),
+    Recipe("chatbot-ko-tiny", "transformer", "test recipe: the chatbot's code at toy size", corpus="chatbot-ko",
+           tokenizer="bpe", vocab_size=300, model=dict(d_model=16, num_heads=2, num_encoder_layers=1,
+                                                      num_decoder_layers=1, d_ff=32, dropout=0.1),
+           unit="pairs", seq_len=40, batch_size=8, optimizer="adam-transformer", lr=1.0, weight_decay=0.0,
+           schedule="inverse-sqrt", warmup=0.5, label_smoothing=0.1, tokens=8 * 12, eval_every_tokens=8 * 4,
+           log_every_tokens=8, heldout_sequences=16),
+    Recipe("gpt-imdb-tiny", "gpt-lm", "test recipe: gpt-imdb's code at toy size", corpus="nsmc-first-3000",
+           model=dict(n_layer=2, n_head=2, n_embd=32, dropout=0.1), vocab_size=400, seq_len=32, batch_size=8,
+           tokens=8 * 32 * 12, eval_every_tokens=8 * 32 * 4, log_every_tokens=8 * 32, heldout_every=10,
+           heldout_sequences=16),
+]}
+
+
+def with_overrides(recipe: Recipe, sets: list[str]) -> Recipe:
+    """``--set key=value`` (a recipe field) or ``--set model.key=value`` (a model field); values are JSON."""
+    changes: dict[str, Any] = {}
+    model = dict(recipe.model)
+    for item in sets:
+        key, sep, raw = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--set {item!r}: expected KEY=VALUE")
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        if key.startswith("model."):
+            model[key[len("model."):]] = value
+        elif key in {f.name for f in dataclasses.fields(Recipe)} - {"name", "kind", "model"}:
+            changes[key] = value
+        else:
+            raise SystemExit(f"--set {key}: not a recipe field (fields: "
+                             f"{', '.join(f.name for f in dataclasses.fields(Recipe))}, model.<field>)")
+    return dataclasses.replace(recipe, model=model, **changes)
+
+
+def parse_tokens(value: str) -> int:
+    """``36M``, ``500k``, ``2.5M`` or ``12000`` -> a number of tokens."""
+    text = value.strip().upper()
+    scale = {"K": 1_000, "M": 1_000_000, "G": 1_000_000_000}.get(text[-1:], 1)
+    number = text[:-1] if scale > 1 else text
+    try:
+        tokens = int(round(float(number) * scale))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a token count (e.g. 36M, 500k, 12000)") from None
+    if tokens < 1:
+        raise argparse.ArgumentTypeError(f"{value!r}: a token count must be positive")
+    return tokens
+
+
+def token_label(tokens: int) -> str:
+    for unit, scale in (("M", 1_000_000), ("k", 1_000)):
+        if tokens >= scale and tokens % (scale // 10) == 0:
+            return f"{tokens / scale:g}{unit}"
+    return str(tokens)

@@ -129,7 +129,7 @@ def train_run(run: Run, minutes: float | None, say: Callable[[str], None] = prin
     log_every = max(1, round(recipe.log_every_tokens / recipe.tokens_per_step))
     done = read_checkpoint(state_file)["step"] if state_file.is_file() else 0
     if done:
-        say(f"resuming {recipe.name} from {state_file} at step {done:,} ({done * recipe.tokens_per_step:,} tokens)")
+        say(f"resuming {recipe.name} from {state_file} at step {done:,} ({done * recipe.tokens_per_step:,} {recipe.unit})")
     clock = _read_json(clock_file, {"seconds": 0.0, "invocations": []})
     clock["invocations"].append({"started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
                                  "from_step": done, "to_step": done, "seconds": 0.0,

@@ -831,6 +831,22 @@ class ExerciseSets(SphinxDirective):
         return [container]
 
 
+# ----------------------------------------------------------------------------- translated directive titles
+
+def _keep_heading_slugs(app: Sphinx, doctree: nodes.document) -> None:
+    """Keep a page's heading anchors when a translated directive title is parsed.
+
+    In a translated build Sphinx parses each message's translation on its own, and gives a title's
+    (an admonition's, such as the "Run it yourself" box's) an underline to make it parse as a title. MyST
+    then reads it as a one-heading document and stores that heading as the page's only anchor
+    (``env.metadata[docname]["myst_slugs"]``): every link to the page's sections
+    (``page.ipynb#the-two-decoders``, the glossary's) became "local id not found". The page's own parse
+    kept its anchors on the document: they are put back here, after the translation transforms."""
+    slugs = getattr(doctree, "myst_slugs", None)
+    if slugs:
+        app.env.metadata[app.env.docname]["myst_slugs"] = slugs
+
+
 def setup(app: Sphinx) -> dict:
     # Before any extension's builder-inited handler adds its inline scripts.
     app.connect("builder-inited", _one_name_for_inline_scripts, priority=1)
@@ -852,6 +868,7 @@ def setup(app: Sphinx) -> dict:
     app.connect("doctree-read", _untranslated_math)
     app.connect("doctree-read", _pending_note)
     app.connect("doctree-read", _translate_toctree_captions)
+    app.connect("doctree-read", _keep_heading_slugs)
     # before Sphinx's download collector (priority 500) reads the box's download links
     app.connect("doctree-read", _add_run_box, priority=100)
     # after the run box, before the download collector

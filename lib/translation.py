@@ -18,6 +18,7 @@ Explained in chapters/01_seq2seq_attention.ipynb, chapters/03_transformer.ipynb.
 """
 from __future__ import annotations
 
+import functools
 import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -158,6 +159,13 @@ def corpus_bleu(hypotheses: Sequence[Sequence[str]], references: Sequence[Sequen
     """
     import sacrebleu  # imported here: only the translation chapters need it
 
+    _check_bleu_inputs(hypotheses, references)
+    return sacrebleu.corpus_bleu([" ".join(h) for h in hypotheses], _reference_streams(references, tokenize),
+                                 tokenize="none", force=True).score
+
+
+def _check_bleu_inputs(hypotheses, references) -> None:
+    """Every hypothesis a token list, with a non-empty list of reference strings."""
     if len(hypotheses) != len(references):
         raise ValueError(f"got {len(hypotheses)} hypotheses but {len(references)} reference lists")
     if not hypotheses:
@@ -167,12 +175,18 @@ def corpus_bleu(hypotheses: Sequence[Sequence[str]], references: Sequence[Sequen
             raise TypeError(f"hypothesis {i} must be a list of tokens, got a str: {hyp!r}")
         if isinstance(refs, str) or not refs:
             raise ValueError(f"references[{i}] must be a non-empty list of reference strings, got {refs!r}")
+
+
+def _reference_streams(references, tokenize: Tokenize) -> list[list[str | None]]:
+    """sacreBLEU's reference streams: the k-th reference of every sentence, tokenised (None where a
+    sentence has fewer)."""
     n_refs = max(len(r) for r in references)
-    streams = [[" ".join(tokenize(r[k])) if k < len(r) else None for r in references] for k in range(n_refs)]
-    return sacrebleu.corpus_bleu([" ".join(h) for h in hypotheses], streams, tokenize="none", force=True).score
+    return [[" ".join(tokenize(r[k])) if k < len(r) else None for r in references] for k in range(n_refs)]
 
 
+@functools.lru_cache(maxsize=1)
 def _bleu_metric():
+    """One sacreBLEU scorer (a bootstrap scores thousands of resamples with it)."""
     from sacrebleu.metrics import BLEU
     return BLEU(tokenize="none", force=True)
 
@@ -183,9 +197,11 @@ def bleu_statistics(hypotheses: Sequence[Sequence[str]], references: Sequence[Se
     closest reference length, then matched and total n-grams for n = 1..4 (sacreBLEU's). Corpus BLEU
     is :func:`bleu_from_statistics` of their column sums, so any resample of the sentences can be
     scored without translating again."""
-    corpus_bleu(hypotheses, references, tokenize=tokenize)          # the same checks (and sacreBLEU present)
-    n_refs = max(len(r) for r in references)
-    streams = [[" ".join(tokenize(r[k])) if k < len(r) else None for r in references] for k in range(n_refs)]
+    _check_bleu_inputs(hypotheses, references)
+    return _statistics(hypotheses, _reference_streams(references, tokenize))
+
+
+def _statistics(hypotheses, streams) -> torch.Tensor:
     stats = _bleu_metric()._extract_corpus_statistics([" ".join(h) for h in hypotheses], streams)
     return torch.tensor(stats, dtype=torch.float64)
 
@@ -209,7 +225,10 @@ def paired_bleu(hyps_a: Sequence[Sequence[str]], hyps_b: Sequence[Sequence[str]]
     if not (len(hyps_a) == len(hyps_b) == len(references)):
         raise ValueError(f"both systems must translate the same sentences: got {len(hyps_a)} and {len(hyps_b)} "
                          f"translations for {len(references)} reference lists")
-    sa, sb = (bleu_statistics(h, references, tokenize=tokenize) for h in (hyps_a, hyps_b))
+    for hyps in (hyps_a, hyps_b):
+        _check_bleu_inputs(hyps, references)
+    streams = _reference_streams(references, tokenize)                  # the references tokenised once
+    sa, sb = (_statistics(h, streams) for h in (hyps_a, hyps_b))
     a, b = bleu_from_statistics(sa), bleu_from_statistics(sb)
     g = torch.Generator().manual_seed(seed)
     diffs = []

@@ -27,9 +27,11 @@ def _write_json(file: Path, payload) -> None:
         f.write("\n")
 
 
-def _copy_tokenizer(run: Run) -> str:
-    relative = f"{run.recipe.name}/tokenizer.json"
-    src, dst = run.scratch / "data" / "tokenizer.json", run.out / relative
+def _copy_tokenizer(run: Run, file: str = "tokenizer.json") -> str:
+    """Put a vocabulary file of the prepared data beside the checkpoint (unless it is there already);
+    its path relative to the output folder."""
+    relative = f"{run.recipe.name}/{file}"
+    src, dst = run.scratch / "data" / file, run.out / relative
     if not dst.is_file() or file_sha256(dst) != file_sha256(src):
         with atomic_write(dst, "wb") as f:
             f.write(src.read_bytes())
@@ -39,9 +41,8 @@ def _copy_tokenizer(run: Run) -> str:
 def _tokenizer_files(run: Run) -> dict:
     """The registry entries of a checkpoint's vocabularies: its tokenizer, and a translation model's target side."""
     files = {"tokenizer": checkpoints.file_entry(run.out, _copy_tokenizer(run))}
-    target = translation.copy_target_tokenizer(run.scratch / "data", run.out, run.recipe.name)
-    if target:
-        files["target_tokenizer"] = checkpoints.file_entry(run.out, target)
+    if (run.scratch / "data" / translation.TARGET_TOKENIZER).is_file():
+        files["target_tokenizer"] = checkpoints.file_entry(run.out, _copy_tokenizer(run, translation.TARGET_TOKENIZER))
     return files
 
 

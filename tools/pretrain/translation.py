@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from lib import checkpoints, train
-from lib.io import atomic_write, sha256 as file_sha256
+from lib.io import sha256 as file_sha256
 
 #: checkpoint kinds this family trains (lib.checkpoints.MODEL_KINDS keys)
 PAIR_KINDS = frozenset({"seq2seq", "transformer"})
@@ -100,13 +100,12 @@ def _vocabularies(recipe, pairs: PairSplit) -> tuple:
     return tok, tok
 
 
-def load_vocabularies(recipe, folder: Path) -> tuple:
-    if recipe.tokenizer == "words":
-        from lib.text import WordVocab
-        return WordVocab.load(folder / "tokenizer.json"), WordVocab.load(folder / TARGET_TOKENIZER)
-    from lib.text import SubwordTokenizer
-    tok = SubwordTokenizer.load(folder / "tokenizer.json")
-    return tok, tok
+def load_vocabularies(folder: Path) -> tuple:
+    """(source, target) vocabularies of the prepared data: the target's own file when it has one."""
+    from lib.text import load_vocabulary
+    src = load_vocabulary(folder / "tokenizer.json")
+    target = folder / TARGET_TOKENIZER
+    return src, load_vocabulary(target) if target.is_file() else src
 
 
 def prepare(recipe, folder: Path, fingerprint: dict) -> dict:
@@ -151,7 +150,7 @@ def encode(recipe, pairs: list, src_vocab, tgt_vocab) -> list[tuple[list[int], l
 def build_training(recipe, folder: Path) -> tuple:
     """(source vocabulary, the training loader, the fixed held-out batches, the model from the seed)."""
     from lib.text import collate_pairs
-    src, tgt = load_vocabularies(recipe, folder)
+    src, tgt = load_vocabularies(folder)
     pairs = split(recipe)
     ids = encode(recipe, pairs.train, src, tgt)
     collate = collate_pairs(src.pad_id, bos_id=tgt.bos_id, eos_id=tgt.eos_id)
@@ -199,16 +198,3 @@ def heldout_loss(model, batches: list) -> float:
         count += real.sum().item()
     model.train(was)
     return total / count
-
-
-def copy_target_tokenizer(scratch_data: Path, out: Path, name: str) -> str | None:
-    """Put the target vocabulary beside the checkpoint (when the run has one); its relative path."""
-    src = scratch_data / TARGET_TOKENIZER
-    if not src.is_file():
-        return None
-    relative = f"{name}/{TARGET_TOKENIZER}"
-    dst = out / relative
-    if not dst.is_file() or file_sha256(dst) != file_sha256(src):
-        with atomic_write(dst, "wb") as f:
-            f.write(src.read_bytes())
-    return relative

@@ -138,11 +138,12 @@ def _points(x: float) -> str:
     return f"{100 * x:+.1f}"
 
 
-def critical_value(n: int | None) -> float:
+def critical_value(n: float | None) -> float:
     """How many standard errors a mean difference of ``n`` paired values must exceed to count as clear:
     Student's t at 97.5 % with ``n - 1`` degrees of freedom (4.30 for 3 draws, 2.78 for 5, 2.09 for
     20), 2 beyond 60 values or for a normal approximation (``n`` None). With 3 draws the standard
-    error is itself uncertain, and a difference of two of them is no evidence."""
+    error is itself uncertain, and a difference of two of them is no evidence. ``n`` may be a
+    fraction: one more than an effective number of degrees of freedom (Welch-Satterthwaite)."""
     if n is None or n > 60:
         return 2.0
     if n < 2:
@@ -157,10 +158,16 @@ def _interval(mean: float, se: float, n: int | None, scale: float = 100.0, digit
     return f"95 % interval {scale * (mean - half):+.{digits}f} to {scale * (mean + half):+.{digits}f} {unit}"
 
 
+def _test_sample_se(pa: float, pb: float, test_items: int) -> float:
+    """The standard error of the difference of two accuracies measured on ``test_items`` items, as if the
+    two were independent (pairing over the same items would make it smaller: this errs on the side of caution)."""
+    return math.sqrt(pa * (1 - pa) / test_items + pb * (1 - pb) / test_items)
+
+
 def _test_sample_judgement(name: str, pa: float, pb: float, test_items: int, why: str) -> str:
     """The difference of two accuracies measured on the same ``test_items`` items, judged by the
     standard error of the test sample alone, ``sqrt(pa(1-pa)/N + pb(1-pb)/N)``."""
-    se = math.sqrt(pa * (1 - pa) / test_items + pb * (1 - pb) / test_items)
+    se = _test_sample_se(pa, pb, test_items)
     diff = pa - pb
     text = f"difference {_points(diff)} ± {100 * se:.1f} points ({why}; {_interval(diff, se, None)})"
     if abs(diff) > critical_value(None) * se:
@@ -176,9 +183,11 @@ def verdict(rows, a: str, b: str, labels: int, names: Mapping[str, str] | None =
     excludes zero: more than :func:`critical_value` standard errors, 4.3 of them with 3 draws), and
     "near chance" for an arm within two standard errors (or 2 points) of ``chance``.
 
-    With a single draw there is no spread over draws to measure; given ``test_items`` (the size of
-    the test set an accuracy was measured on) the sentence then judges the difference by the
-    standard error of the test sample alone, ``sqrt(pa(1-pa)/N + pb(1-pb)/N)``, and says so."""
+    Every draw is scored on the same test set, so the spread over draws leaves out the noise of the
+    test sample itself. Given ``test_items`` (the size of the test set an accuracy was measured on),
+    its standard error ``sqrt(pa(1-pa)/N + pb(1-pb)/N)`` is added in quadrature to the draws' (with a
+    single draw it is all there is, and the sentence says so). Without ``test_items``, draws that all
+    give the same difference (standard error 0) are too little to judge, not a clear gap."""
     names = dict(names or {})
     rows = check_rows(rows)
     d = paired_difference(rows, a, b, labels, task, metric)
@@ -197,9 +206,22 @@ def verdict(rows, a: str, b: str, labels: int, names: Mapping[str, str] | None =
     if d["n"] < 2:
         return f"{head}; " + _test_sample_judgement(na, d["a"], d["b"], test_items, "one draw: the standard error "
                                                      f"of {test_items:,} test items only, not of the draw")
-    diff = f"difference {_points(d['mean'])} ± {100 * d['se']:.1f} points (paired over {d['n']} draws"
-    diff += ")" if d["se"] == 0 else f"; {_interval(d['mean'], d['se'], d['n'])})"
-    if d["se"] == 0 or abs(d["mean"]) > critical_value(d["n"]) * d["se"]:
+    se, why = d["se"], f"paired over {d['n']} draws"
+    half = critical_value(d["n"]) * se if se > 0 else 0.0
+    if test_items:       # every draw is scored on the same test sample: its noise adds to the draws' spread
+        se = math.sqrt(se ** 2 + _test_sample_se(d["a"], d["b"], test_items) ** 2)
+        why += f" and the noise of {test_items:,} test items"
+        # Welch-Satterthwaite: the test sample's part of the variance is known from thousands of items, so
+        # only the draws' part carries the few degrees of freedom of Student's t; the interval is never
+        # narrower than the draws' own
+        n_eff = None if d["se"] == 0 else 1 + (d["n"] - 1) * (se / d["se"]) ** 4
+        half = max(half, critical_value(n_eff) * se)
+    elif se == 0:
+        return (f"{head}; difference {_points(d['mean'])} points in every one of {d['n']} draws: the draws do not "
+                "vary, and without the size of the test sample its noise is unknown, so too little to judge.")
+    interval = f"95 % interval {100 * (d['mean'] - half):+.1f} to {100 * (d['mean'] + half):+.1f} points"
+    diff = f"difference {_points(d['mean'])} ± {100 * se:.1f} points ({why}; {interval})"
+    if abs(d["mean"]) > half:
         side = "ahead" if d["mean"] > 0 else "behind"
         return f"{head}; {diff}: {na} is clearly {side}."
     return f"{head}; {diff}: not distinguishable from the noise at this size."

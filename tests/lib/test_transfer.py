@@ -127,6 +127,24 @@ def test_curve_trials_cover_the_grid_largest_first():
 
 
 # ----------------------------------------------------------------------------- runs recorded before the row format
+def test_draws_on_one_test_set_add_its_noise_and_equal_draws_are_not_a_clear_gap():
+    # chapter 13's case: three draws that all give +1.4 points on the same 5,000 reviews. Their spread is 0,
+    # but the test sample's noise is not: se = sqrt(.814*.186/5000 + .8*.2/5000) = 0.0079 and the
+    # 1.4-point gap is 1.8 of them, under Student's t for 3 draws (4.30): not a clear gap.
+    same = rows_of("pretrained", 300, [0.814, 0.814, 0.814]) + rows_of("random", 300, [0.800, 0.800, 0.800])
+    text = transfer.verdict(same, "pretrained", "random", 300, test_items=5000)
+    assert "+1.4 ± 0.8 points (paired over 3 draws and the noise of 5,000 test items" in text, text
+    assert "not distinguishable" in text
+    bare = transfer.verdict(same, "pretrained", "random", 300)
+    assert "too little to judge" in bare and "clearly" not in bare, bare
+    # adding the test sample's noise never makes a gap clearer than the draws alone say it is
+    wide = rows_of("pretrained", 64, [0.71, 0.73, 0.75]) + rows_of("random", 64, [0.70, 0.70, 0.70])
+    assert "not distinguishable" in transfer.verdict(wide, "pretrained", "random", 64, test_items=10_000)
+    # a wide gap stays clear once the test noise is added
+    far = rows_of("pretrained", 300, [0.85, 0.86, 0.84]) + rows_of("random", 300, [0.70, 0.71, 0.69])
+    assert "pretrained is clearly ahead" in transfer.verdict(far, "pretrained", "random", 300, test_items=5000)
+
+
 def test_recorded_rows_feed_the_single_draw_verdict():
     rows = transfer.recorded_rows({"pretrained": 0.70, "random": 0.60}, labels=100, task="imdb", model="gpt")
     assert {r["init"]: r["value"] for r in rows} == {"pretrained": 0.70, "random": 0.60}

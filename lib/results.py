@@ -38,7 +38,7 @@ from typing import Any, Mapping, Sequence
 from lib.io import atomic_write
 
 __all__ = ["ENV_VAR", "CI_ENV_VAR", "REPO", "COMMITTED_DIR", "results_dir", "path", "record", "RecordedFile", "load", "full",
-           "stale", "table", "show", "flatten", "Reading", "conclude"]
+           "stale", "provenance", "table", "show", "flatten", "Reading", "conclude"]
 
 ENV_VAR = "COURSE_RESULTS_DIR"
 CI_ENV_VAR = "COURSE_CI_RESULTS_DIR"
@@ -253,6 +253,25 @@ def stale(chapter: str, live: Mapping[str, Any]) -> str | None:
     if not parts:
         return None
     return "the recorded full run predates this version of the page: " + " and ".join(parts)
+
+
+def provenance(chapter: str) -> str | None:
+    """A sentence when the recorded full run of ``chapter`` was not made as this page runs: with another
+    PyTorch than the one running here (its device line names the version), or from a tree with
+    uncommitted changes. None when it was, or when nothing is recorded."""
+    entry = load(chapter).get("full")
+    if not entry:
+        return None
+    import torch
+    reasons = []
+    m = re.search(r"torch ([0-9][^\s|]*)", str(entry.get("device", "")))
+    if m and m.group(1) != torch.__version__.split("+")[0]:
+        reasons.append(f"with PyTorch {m.group(1)}, not the {torch.__version__.split('+')[0]} this page runs")
+    if entry.get("dirty"):
+        reasons.append(f"from commit {entry.get('commit', '?')} with uncommitted changes")
+    if not reasons:
+        return None
+    return f"The recorded run in results/{chapter}.json was made " + ", and ".join(reasons) + "."
 
 
 def _display_path(p: Path) -> str:

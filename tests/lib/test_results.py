@@ -258,3 +258,22 @@ def test_a_record_of_other_checkpoint_weights_is_stale(dirs):
     note = results.stale("05_demo", {"checkpoints": {"a": "11", "b": "33"}, "bleu": 21.0})
     assert note == ("the recorded full run predates this version of the page: it evaluated other weights of b "
                     "than the page loads now")
+
+
+def test_provenance_says_when_a_record_was_made_with_another_torch_or_a_dirty_tree(dirs):
+    import json
+
+    import torch
+    committed, _ = dirs
+    assert results.provenance("05_demo") is None                      # nothing recorded
+    file = results.record("05_demo", {"loss": 2.0}, hp("full"))
+    entry = json.loads(file.read_text())
+    here = torch.__version__.split("+")[0]
+    entry["full"].update(device=f"device=cpu (x86_64, 2 threads) | torch {here}", dirty=False, commit="abc1234")
+    file.write_text(json.dumps(entry))
+    assert results.provenance("05_demo") is None                      # made as this page runs
+    entry["full"].update(device="device=cuda (H100) | torch 2.11.0", dirty=True)
+    file.write_text(json.dumps(entry))
+    assert results.provenance("05_demo") == (
+        f"The recorded run in results/05_demo.json was made with PyTorch 2.11.0, not the {here} this page runs, "
+        "and from commit abc1234 with uncommitted changes.")

@@ -180,7 +180,7 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in [
            vocab_size=8_192, model=dict(d_model=256, num_heads=8, num_encoder_layers=2, num_decoder_layers=2,
                                          d_ff=512, dropout=0.1, max_len=64, norm_first=False, share_embeddings=False),
            unit="pairs", seq_len=40, batch_size=64, optimizer="adam-transformer", lr=1.0, weight_decay=0.0,
-           schedule="inverse-sqrt", warmup=4_000 / 8_800, label_smoothing=0.1, tokens=8_800 * 64,
+           clip_grad=1.0, schedule="inverse-sqrt", warmup=4_000 / 8_800, label_smoothing=0.1, tokens=8_800 * 64,
            eval_every_tokens=880 * 64, log_every_tokens=88 * 64, heldout_sequences=1_000),
     # for the tests: the same code on 3,000 rows of the crawl, a model of a few thousand parameters
     Recipe("ko-bert-tiny", "bert-mlm", "test recipe: ko-bert's code at toy size", corpus="nsmc-first-3000",
@@ -215,7 +215,7 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in [
            tokenizer="bpe", vocab_size=300, model=dict(d_model=16, num_heads=2, num_encoder_layers=1,
                                                       num_decoder_layers=1, d_ff=32, dropout=0.1),
            unit="pairs", seq_len=40, batch_size=8, optimizer="adam-transformer", lr=1.0, weight_decay=0.0,
-           schedule="inverse-sqrt", warmup=0.5, label_smoothing=0.1, tokens=8 * 12, eval_every_tokens=8 * 4,
+           clip_grad=1.0, schedule="inverse-sqrt", warmup=0.5, label_smoothing=0.1, tokens=8 * 12, eval_every_tokens=8 * 4,
            log_every_tokens=8, heldout_sequences=16),
     Recipe("gpt-imdb-tiny", "gpt-lm", "test recipe: gpt-imdb's code at toy size", corpus="nsmc-first-3000",
            model=dict(n_layer=2, n_head=2, n_embd=32, dropout=0.1), vocab_size=400, seq_len=32, batch_size=8,

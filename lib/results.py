@@ -263,10 +263,11 @@ def provenance(chapter: str) -> str | None:
     if not entry:
         return None
     import torch
+    here = torch.__version__.split("+")[0]           # "2.13.0+cpu" -> "2.13.0", as device summaries write it
     reasons = []
     m = re.search(r"torch ([0-9][^\s|]*)", str(entry.get("device", "")))
-    if m and m.group(1) != torch.__version__.split("+")[0]:
-        reasons.append(f"with PyTorch {m.group(1)}, not the {torch.__version__.split('+')[0]} this page runs")
+    if m and m.group(1) != here:
+        reasons.append(f"with PyTorch {m.group(1)}, not the {here} this page runs")
     if entry.get("dirty"):
         reasons.append(f"from commit {entry.get('commit', '?')} with uncommitted changes")
     if not reasons:

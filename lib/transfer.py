@@ -154,7 +154,11 @@ def critical_value(n: float | None) -> float:
 
 def _interval(mean: float, se: float, n: int | None, scale: float = 100.0, digits: int = 1, unit: str = "points") -> str:
     """``95 % interval a to b unit`` of a mean difference (Student's t, see :func:`critical_value`)."""
-    half = critical_value(n) * se
+    return _interval_around(mean, critical_value(n) * se, scale, digits, unit)
+
+
+def _interval_around(mean: float, half: float, scale: float = 100.0, digits: int = 1, unit: str = "points") -> str:
+    """``95 % interval a to b unit``: ``mean`` plus and minus the half-width ``half``."""
     return f"95 % interval {scale * (mean - half):+.{digits}f} to {scale * (mean + half):+.{digits}f} {unit}"
 
 
@@ -219,8 +223,7 @@ def verdict(rows, a: str, b: str, labels: int, names: Mapping[str, str] | None =
     elif se == 0:
         return (f"{head}; difference {_points(d['mean'])} points in every one of {d['n']} draws: the draws do not "
                 "vary, and without the size of the test sample its noise is unknown, so too little to judge.")
-    interval = f"95 % interval {100 * (d['mean'] - half):+.1f} to {100 * (d['mean'] + half):+.1f} points"
-    diff = f"difference {_points(d['mean'])} ± {100 * se:.1f} points ({why}; {interval})"
+    diff = f"difference {_points(d['mean'])} ± {100 * se:.1f} points ({why}; {_interval_around(d['mean'], half)})"
     if abs(d["mean"]) > half:
         side = "ahead" if d["mean"] > 0 else "behind"
         return f"{head}; {diff}: {na} is clearly {side}."

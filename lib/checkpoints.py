@@ -125,6 +125,11 @@ def _gpt(config: Mapping[str, Any]) -> nn.Module:
     return GPT(GPTConfig(**config))
 
 
+def _switch_gpt(config: Mapping[str, Any]) -> nn.Module:
+    from lib.models.switch import SwitchGPT, SwitchGPTConfig
+    return SwitchGPT(SwitchGPTConfig(**config))
+
+
 def _bart(config: Mapping[str, Any]) -> nn.Module:
     from lib.models.bart import Bart, BartConfig
     return Bart(BartConfig(**config))
@@ -152,6 +157,7 @@ def _transformer(config: Mapping[str, Any]) -> nn.Module:
 
 #: kind -> a function that builds the (untrained) model from the registered configuration.
 MODEL_KINDS: dict[str, Callable[[Mapping[str, Any]], nn.Module]] = {"bert-mlm": _bert, "gpt-lm": _gpt,
+                                                                     "switch-gpt": _switch_gpt,
                                                                      "bart-denoise": _bart, "elmo-bilm": _elmo,
                                                                      "t5-span": _t5, "seq2seq": _seq2seq,
                                                                      "transformer": _transformer}

@@ -164,6 +164,40 @@ def test_the_gpt_recipe_trains_and_loads_as_a_gpt(data_mirror, tmp_path):
     assert_the_card_reports_the_stored_weights(ckpt, result, "gpt-lm")
 
 
+def test_the_character_recipe_reads_tiny_shakespeare_as_characters_and_loads_as_a_switch_gpt(data_mirror, tmp_path):
+    from lib import data
+    from lib.models.switch import SwitchGPT
+    from tools.pretrain import characters
+    result = pretrain.main(["switch-shakespeare-tiny", "--out", str(tmp_path / "out"), "--scratch", str(tmp_path / "s")])
+    ckpt = checkpoints.load("switch-shakespeare-tiny", root=tmp_path / "out")
+    assert isinstance(ckpt.model, SwitchGPT) and ckpt.model.cfg.num_experts == 4
+    text, vocab = data.load_tinyshakespeare(), ckpt.tokenizer
+    cut = int(0.9 * len(text))
+    assert set(vocab.itos[7:]) == set(text[:cut]) and vocab.unk_id not in vocab.encode(list(text[:cut]))
+    # the held-out windows are the chapters' validation windows (random_windows, seed 2, last 10 %)
+    ids = torch.tensor(vocab.encode(list(text)))
+    expected = data.random_windows(ids[cut:], 17, 8, seed=2)
+    x, y = torch.cat([b[0] for b in result["heldout"]]), torch.cat([b[1] for b in result["heldout"]])
+    assert torch.equal(x, expected[:, :-1]) and torch.equal(y, expected[:, 1:])
+    # a training example is 16 consecutive characters of the training part and the next 16
+    dataset = characters.Windows(ids[:cut], 16)
+    xi, yi = dataset[1234]
+    assert "".join(vocab.itos[i] for i in xi) == text[1234:1250]
+    assert torch.equal(yi[:-1], xi[1:]) and len(dataset) == cut - 16
+    card = json.loads((tmp_path / "out" / "switch-shakespeare-tiny" / "card.json").read_text())
+    assert "the last 10% of the characters held out" in (tmp_path / "out" / "switch-shakespeare-tiny" / "card.md").read_text()
+    assert card["data"]["counts"]["characters"] == len(text)
+    assert_the_card_reports_the_stored_weights(ckpt, result, "switch-gpt")
+
+
+def test_a_character_recipe_must_read_a_character_corpus():
+    recipe = pretrain.RECIPES["switch-shakespeare-tiny"]
+    with pytest.raises(ValueError, match="read as characters"):
+        dataclasses.replace(recipe, tokenizer="bpe")
+    with pytest.raises(ValueError, match="character kind"):
+        dataclasses.replace(recipe, kind="bert-mlm")
+
+
 def test_the_bart_recipe_denoises_the_reviews_of_its_stretch_and_loads_as_a_bart(data_mirror, tmp_path):
     from lib.models.bart import Bart
     result = pretrain.main(["bart-ko-tiny", "--out", str(tmp_path / "out"), "--scratch", str(tmp_path / "s")])

@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> dict | None:
               provenance=git_commit())
     per_step = f"{recipe.batch_size} pairs" if recipe.unit == "pairs" else f"{recipe.batch_size} x {recipe.seq_len} tokens"
     say(f"{recipe.name}: {run.steps:,} steps of {per_step} = {token_label(run.steps * recipe.tokens_per_step)} "
-        f"{recipe.unit} | {device.summary(dev)}")
+        f"{recipe.unit} | {device.summary(dev, recipe=False)}")
     result = train_run(run, args.minutes, say)
     card = None
     if result is not None and main_process:

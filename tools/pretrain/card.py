@@ -123,7 +123,8 @@ def write_output(run: Run, result: dict, say: Callable[[str], None] = print) -> 
         "data": {"datasets": meta["datasets"], "corpus": recipe.corpus, "corpus_sha256": meta["corpus_sha256"],
                  "documents": meta["documents"], "heldout_documents": meta["heldout_documents"],
                  "train_tokens": meta["train_tokens"], "heldout_tokens": meta["heldout_tokens"],
-                 "counts": meta["counts"], "passes": round(tokens_seen / meta["train_tokens"], 3)},
+                 "counts": meta["counts"], "passes": round(tokens_seen / meta["train_tokens"], 3),
+                 **({"heldout_rule": meta["heldout_rule"]} if "heldout_rule" in meta else {})},
         "tokenizer": {"kind": recipe.tokenizer, "vocab_size": meta["vocab_size"], "lowercase": recipe.lowercase,
                       "file": "tokenizer.json", "sha256": meta["tokenizer_sha256"],
                       **({"target_vocab_size": meta["target_vocab_size"], "target_file": translation.TARGET_TOKENIZER,
@@ -179,7 +180,8 @@ def card_markdown(card: dict) -> str:
              f"- **Model**: {card['kind']}, {card['model']['parameters']:,} parameters; configuration in `card.json`.",
              f"- **Data**: {files}; corpus `{d['corpus']}`: {d['documents']:,} documents (sha256 of the text "
              f"`{d['corpus_sha256'][:12]}…`), {d['train_tokens']:,} training {unit}, "
-             + (f"every {t['recipe']['heldout_every']}th document held out" if unit == "tokens" else
+             + (d["heldout_rule"] if "heldout_rule" in d else
+                f"every {t['recipe']['heldout_every']}th document held out" if unit == "tokens" else
                 "the pairs of every held-out English sentence held out (lib.translation.is_held_out)")
              + f" ({d['heldout_tokens']:,} {unit}). Counts: " + counts_text(d["counts"]) + ".",
              f"- **Tokenizer**: {vocab}.",

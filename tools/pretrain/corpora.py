@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from lib.data import mlm
 from lib.io import atomic_write, sha256 as file_sha256
 from lib.train.loaders import epoch_seed
-from tools.pretrain import translation
+from tools.pretrain import characters, translation
 from tools.pretrain.recipes import T5_SENTINELS, Recipe
 
 
@@ -169,8 +169,9 @@ def prepare(recipe: Recipe, folder: Path) -> dict:
             raise SystemExit(f"{folder} holds data prepared for {meta['fingerprint']}, not for this recipe: "
                              "run with --fresh (or another --scratch)")
         return meta
-    if recipe.unit == "pairs":
-        meta = translation.prepare(recipe, folder, _data_fingerprint(recipe))
+    if recipe.unit == "pairs" or recipe.tokenizer == "characters":
+        family = translation if recipe.unit == "pairs" else characters
+        meta = family.prepare(recipe, folder, _data_fingerprint(recipe))
         with atomic_write(meta_file, "w", encoding="utf-8") as f:
             json.dump(meta, f, indent=1, ensure_ascii=False)
         return meta
@@ -418,7 +419,8 @@ def bilm_step(model, batch):
     return model.lm_loss(*batch)[0], {}
 
 
-STEP_FNS: dict[str, Callable] = {"bert-mlm": mlm_step, "gpt-lm": lm_step, "bart-denoise": denoising_step,
+STEP_FNS: dict[str, Callable] = {"bert-mlm": mlm_step, "gpt-lm": lm_step, "switch-gpt": lm_step,  # (+ the balance loss)
+                                 "bart-denoise": denoising_step,
                                  "elmo-bilm": bilm_step, "t5-span": span_step}
 DATASETS = {"bert-mlm": PackedMLM, "gpt-lm": PackedLM, "bart-denoise": PackedDenoising,
             "t5-span": PackedSpanCorruption}

@@ -18,7 +18,7 @@ import torch
 
 from lib import checkpoints, device, train
 from lib.train.checkpoint import read_checkpoint
-from tools.pretrain import card, translation
+from tools.pretrain import card, characters, translation
 from tools.pretrain.card import _read_json, _write_json, git_commit
 from tools.pretrain.corpora import STEP_FNS, make_dataset, prepare
 from tools.pretrain.evaluation import ENCODER_DECODER_KINDS, heldout_loss
@@ -30,6 +30,8 @@ def build_training(recipe: Recipe, data_folder: Path) -> tuple:
     initialised from the recipe's seed)."""
     if recipe.unit == "pairs":
         return translation.build_training(recipe, data_folder)
+    if recipe.tokenizer == "characters":
+        return characters.build_training(recipe, data_folder)
     from lib.text import SubwordTokenizer, WordVocab
     tok = (WordVocab if recipe.tokenizer == "words" else SubwordTokenizer).load(data_folder / "tokenizer.json")
     streams = torch.load(data_folder / "streams.pt", weights_only=True)

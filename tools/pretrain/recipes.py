@@ -11,7 +11,7 @@ from typing import Any, Callable
 import torch
 
 from lib.models.t5 import COURSE_SENTINELS
-from tools.pretrain import translation
+from tools.pretrain import characters, translation
 
 T5_SENTINELS = COURSE_SENTINELS   # t5-span: <extra_id_0> is the model's last id, <extra_id_31> the 32nd from the end
 
@@ -23,6 +23,9 @@ T5_SENTINELS = COURSE_SENTINELS   # t5-span: <extra_id_0> is the model's last id
 #: first run scored its targets as well after another chunk's input as after its own (chapter 11).
 OPTIMIZERS: dict[str, Callable] = {
     "adamw": lambda params, lr, weight_decay: torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay),
+    # nanoGPT's setting for its character models (beta2 0.99: few tokens per step): chapter 12
+    "adamw-beta2-0.99": lambda params, lr, weight_decay: torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.99),
+                                                                           weight_decay=weight_decay),
     "adafactor": lambda params, lr, weight_decay: torch.optim.Adafactor(params, lr=lr, weight_decay=weight_decay),
     # the Transformer paper's Adam (beta2 0.98, eps 1e-9): chapters 3 and 4
     "adam-transformer": lambda params, lr, weight_decay: torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.98), eps=1e-9,
@@ -43,7 +46,8 @@ class Recipe:
     description: str
     corpus: str                     # a CORPORA key, or a translation.PAIR_CORPORA key for the translation family
     model: dict                     # model configuration (vocabulary size and length are added)
-    tokenizer: str = "bpe"          # lib.text.train_tokenizer kind ("bpe", "wordpiece"), or "words" (elmo-bilm)
+    tokenizer: str = "bpe"          # lib.text.train_tokenizer kind ("bpe", "wordpiece"), "words" (elmo-bilm), or
+                                    # "characters" (the character family: tools/pretrain/characters.py)
     vocab_size: int = 8000
     lowercase: bool = False
     seq_len: int = 64               # tokens per packed sequence; translation: the longest training sentence, in words
@@ -76,6 +80,12 @@ class Recipe:
             raise ValueError(f"recipe {self.name}: masking must be 'token' or 'knowledge', got {self.masking!r}")
         if self.masking == "knowledge" and self.kind != "bert-mlm":
             raise ValueError(f"recipe {self.name}: knowledge masking is for bert-mlm, not {self.kind}")
+        if (self.tokenizer == "characters") != (self.corpus in characters.CHAR_CORPORA) or (
+                self.tokenizer == "characters" and self.kind not in characters.CHAR_KINDS):
+            raise ValueError(f"recipe {self.name}: a character corpus ({', '.join(characters.CHAR_CORPORA)}) is read "
+                             f"as characters (tokenizer='characters') by a character kind "
+                             f"({', '.join(sorted(characters.CHAR_KINDS))}), and only it is; got corpus {self.corpus!r}, "
+                             f"tokenizer {self.tokenizer!r} and kind {self.kind}")
         if (self.unit == "pairs") != (self.kind in translation.PAIR_KINDS):
             raise ValueError(f"recipe {self.name}: a translation kind ({', '.join(sorted(translation.PAIR_KINDS))}) "
                              f"counts pairs (unit='pairs'), and only it does; got kind {self.kind} with unit {self.unit!r}")
@@ -83,7 +93,7 @@ class Recipe:
             if (self.tokenizer == "words") != (self.target_vocab_size is not None):
                 raise ValueError(f"recipe {self.name}: a pair recipe reads words with a vocabulary for each side "
                                  "(tokenizer='words' and target_vocab_size), or subwords with one for both")
-        elif (self.tokenizer == "words") != (self.kind == "elmo-bilm"):
+        elif self.tokenizer != "characters" and (self.tokenizer == "words") != (self.kind == "elmo-bilm"):
             raise ValueError(f"recipe {self.name}: an elmo-bilm model reads words (tokenizer='words'), and only it does; "
                              f"got kind {self.kind} with tokenizer {self.tokenizer!r}")
 
@@ -182,6 +192,25 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in [
            unit="pairs", seq_len=40, batch_size=64, optimizer="adam-transformer", lr=1.0, weight_decay=0.0,
            clip_grad=1.0, schedule="inverse-sqrt", warmup=4_000 / 8_800, label_smoothing=0.1, tokens=8_800 * 64,
            eval_every_tokens=880 * 64, log_every_tokens=88 * 64, heldout_sequences=1_000),
+    # Chapter 12's character models of Tiny Shakespeare: a dense GPT (4 layers x 128) and its Switch twin
+    # (8 experts in every other block, capacity factor 1.25, balance loss 0.01), and the twin without the
+    # balance loss; the same data order for all (a seed's): 1,200 steps of 12 windows of 64 characters
+    # (921,600 characters, as many as 0.92 of the training part), nanoGPT's AdamW, warm-up over 10 %,
+    # cosine to 0.1: the chapter's full setting. Seeds 1 and 2 of the dense and Switch models give the
+    # comparison its spread over seeds.
+    *[Recipe(f"{name}{'' if seed == 0 else f'-seed{seed}'}", kind, f"{what} (4 layers x 128) on Tiny Shakespeare's "
+             f"first 90 % of characters{'' if seed == 0 else f', seed {seed}'} (chapter 12)", corpus="tinyshakespeare",
+             tokenizer="characters", model=dict(n_layer=4, n_head=4, n_embd=128, dropout=0.0, **switch),
+             seq_len=64, batch_size=12, optimizer="adamw-beta2-0.99", lr=1e-3, weight_decay=0.0, clip_grad=1.0,
+             warmup=0.1, tokens=1_200 * 12 * 64, eval_every_tokens=150 * 12 * 64, log_every_tokens=25 * 12 * 64,
+             heldout_sequences=480, seed=seed)
+      for name, kind, what, switch, seeds in (
+          ("dense-shakespeare", "gpt-lm", "Dense character GPT", {}, (0, 1, 2)),
+          ("switch-shakespeare", "switch-gpt", "Switch character GPT, 8 experts in every other block",
+           dict(num_experts=8, capacity_factor=1.25), (0, 1, 2)),
+          ("switch-shakespeare-alpha0", "switch-gpt", "Switch character GPT without the balance loss (alpha = 0)",
+           dict(num_experts=8, capacity_factor=1.25, aux_loss_coef=0.0), (0,)))
+      for seed in seeds],
     # for the tests: the same code on 3,000 rows of the crawl, a model of a few thousand parameters
     Recipe("ko-bert-tiny", "bert-mlm", "test recipe: ko-bert's code at toy size", corpus="nsmc-first-3000",
            model=dict(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64), vocab_size=400,
@@ -217,6 +246,11 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in [
            unit="pairs", seq_len=40, batch_size=8, optimizer="adam-transformer", lr=1.0, weight_decay=0.0,
            clip_grad=1.0, schedule="inverse-sqrt", warmup=0.5, label_smoothing=0.1, tokens=8 * 12, eval_every_tokens=8 * 4,
            log_every_tokens=8, heldout_sequences=16),
+    Recipe("switch-shakespeare-tiny", "switch-gpt", "test recipe: the character family's code at toy size",
+           corpus="tinyshakespeare", tokenizer="characters",
+           model=dict(n_layer=2, n_head=2, n_embd=16, num_experts=4, capacity_factor=1.25), seq_len=16, batch_size=4,
+           optimizer="adamw-beta2-0.99", weight_decay=0.0, clip_grad=1.0, tokens=4 * 16 * 12,
+           eval_every_tokens=4 * 16 * 4, log_every_tokens=4 * 16, heldout_sequences=8),
     Recipe("gpt-imdb-tiny", "gpt-lm", "test recipe: gpt-imdb's code at toy size", corpus="nsmc-first-3000",
            model=dict(n_layer=2, n_head=2, n_embd=32, dropout=0.1), vocab_size=400, seq_len=32, batch_size=8,
            tokens=8 * 32 * 12, eval_every_tokens=8 * 32 * 4, log_every_tokens=8 * 32, heldout_every=10,

@@ -241,6 +241,40 @@ def item_difference(a: Sequence[float], b: Sequence[float]) -> dict[str, float]:
     return {"a": sum(a) / len(a), "b": sum(b) / len(b), "mean": mean, "se": se, "n": len(a)}
 
 
+def grid_difference(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]]) -> dict[str, float]:
+    """Two models trained from the same seeds and scored on the same items: ``a[s][i]`` and ``b[s][i]``
+    are their scores on item ``i`` in the runs of seed ``s``. ``"mean"`` is the mean paired difference
+    ``a - b`` over seeds and items; its standard error ``"se"`` adds the two sources of noise: the
+    spread of the seeds' mean differences (another seed could move the difference) and the spread of
+    the items' differences averaged over the seeds (another test sample could), ``se**2 =
+    var_seeds / S + var_items / I``. ``"n"`` is the number of seeds, ``"items"`` the number of items
+    and ``"df"`` the degrees of freedom of Student's t for that sum (Welch-Satterthwaite), at least
+    the seeds' ``S - 1``. One seed: the items' standard error alone (``"df"`` from the items)."""
+    a = [[float(x) for x in row] for row in a]
+    b = [[float(x) for x in row] for row in b]
+    if not a or len(a) != len(b):
+        raise ValueError(f"a and b must hold the same number of seeds: got {len(a)} and {len(b)}")
+    if any(len(x) != len(y) or not x for x, y in zip(a, b)) or len({len(x) for x in a}) != 1:
+        raise ValueError("every seed of a and b must be scored on the same items: got "
+                         f"{[len(x) for x in a]} and {[len(x) for x in b]} scores")
+    seeds, items = len(a), len(a[0])
+    diff = [[x - y for x, y in zip(ra, rb)] for ra, rb in zip(a, b)]
+    by_seed = [sum(r) / items for r in diff]
+    by_item = [sum(diff[s][i] for s in range(seeds)) / seeds for i in range(items)]
+    mean = sum(by_seed) / seeds
+    _, se_items = mean_se(by_item)
+    if seeds == 1:
+        se, df = se_items, items - 1
+    else:
+        _, se_seeds = mean_se(by_seed)
+        se = math.sqrt(se_seeds ** 2 + se_items ** 2)
+        parts = [(se_seeds ** 2, seeds - 1), (se_items ** 2, items - 1)]
+        df = se ** 4 / sum(v ** 2 / k for v, k in parts) if se > 0 else seeds - 1
+        df = max(df, seeds - 1)
+    return {"a": sum(map(sum, a)) / (seeds * items), "b": sum(map(sum, b)) / (seeds * items), "mean": mean,
+            "se": se, "n": seeds, "items": items, "df": df, "by_seed": by_seed}
+
+
 def item_sentence(d: Mapping[str, float], name_a: str, name_b: str, what: str, unit: str = "percent",
                   over: str = "items") -> str:
     """One sentence from :func:`item_difference` (also as recorded): both means, the paired difference
@@ -250,13 +284,17 @@ def item_sentence(d: Mapping[str, float], name_a: str, name_b: str, what: str, u
     100: means and difference in BLEU points, higher is better) or ``"nats"`` (a loss: means and
     difference in nats, lower is better, so the model with the lower loss is the one ahead).
     ``over`` names what was paired: ``"items"`` (test items), ``"seeds"`` (runs with the same seed) or
-    ``"sentences"`` (held-out sentences, e.g. a paired bootstrap of BLEU: :func:`lib.translation.paired_bleu`)."""
+    ``"sentences"`` (held-out sentences, e.g. a paired bootstrap of BLEU: :func:`lib.translation.paired_bleu`).
+    A :func:`grid_difference` (seeds and items) is read with its own count and degrees of freedom."""
     if unit not in ("percent", "bleu", "nats"):
         raise ValueError(f"unit must be 'percent', 'bleu' or 'nats', got {unit!r}")
     if over not in ("items", "seeds", "sentences"):
         raise ValueError(f"over must be 'items', 'seeds' or 'sentences', got {over!r}")
     mean, se, one, n = d["mean"], d["se"], over[:-1], int(d["n"])
     count = f"{n:,} {one if n == 1 else over}"
+    if "df" in d:          # a grid_difference: its t has df degrees of freedom (critical_value takes df + 1)
+        count = f"{n:,} seed{'' if n == 1 else 's'} x {int(d['items']):,} items"
+        over, one, n = "seeds and the items", "item", d["df"] + 1
     if unit == "percent":
         scale, digits, name = 100.0, 1, "points"
         head = (f"{what} ({count}): {name_a} {100 * d['a']:.1f}%, {name_b} {100 * d['b']:.1f}%; "

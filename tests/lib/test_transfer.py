@@ -252,3 +252,34 @@ def test_item_sentence_in_nats_puts_the_lower_loss_ahead():
                                                       unit="nats")
     with pytest.raises(ValueError, match="unit must be"):
         transfer.item_sentence(d, "a", "b", "x", unit="points")
+
+
+def test_grid_difference_adds_the_seeds_spread_to_the_items_noise():
+    import random
+    rng = random.Random(0)
+    # seed effects of +-0.05 and item noise of sd 0.3 around a true difference of -0.03
+    shift = [0.05, -0.05, 0.0]
+    a = [[1.0 - 0.03 + s + rng.gauss(0, 0.3) for _ in range(400)] for s in shift]
+    b = [[1.0 + rng.gauss(0, 0.3) for _ in range(400)] for _ in shift]
+    d = transfer.grid_difference(a, b)
+    by_seed = [sum(x - y for x, y in zip(ra, rb)) / 400 for ra, rb in zip(a, b)]
+    assert d["mean"] == pytest.approx(sum(by_seed) / 3) and d["n"] == 3 and d["items"] == 400
+    seeds_only = transfer.mean_se(by_seed)[1]
+    items_only = transfer.item_difference([sum(c) / 3 for c in zip(*a)], [sum(c) / 3 for c in zip(*b)])["se"]
+    assert d["se"] == pytest.approx((seeds_only ** 2 + items_only ** 2) ** 0.5)
+    assert 2 <= d["df"] < 399                   # between the seeds' and the items' degrees of freedom
+    sentence = transfer.item_sentence(d, "Switch", "dense", "validation loss per window", unit="nats")
+    assert "3 seeds x 400 items" in sentence and "paired over the seeds and the items" in sentence
+    # one seed: the items' noise alone, with the items' degrees of freedom
+    one = transfer.grid_difference(a[:1], b[:1])
+    assert one["se"] == pytest.approx(transfer.item_difference(a[0], b[0])["se"]) and one["df"] == 399
+    # a clear gap when both noises are small; the same gap not clear when the seeds disagree
+    steady = transfer.grid_difference([[0.9, 0.91, 0.92]] * 3, [[1.0, 1.01, 1.02]] * 3)
+    assert transfer.item_sentence(steady, "A", "B", "loss", unit="nats").endswith("A is clearly ahead.")
+    shaky = transfer.grid_difference([[0.9, 0.91, 0.92], [1.1, 1.11, 1.12], [0.9, 0.91, 0.92]],
+                                     [[1.0, 1.01, 1.02]] * 3)
+    assert transfer.item_sentence(shaky, "A", "B", "loss", unit="nats").endswith("not distinguishable from the noise.")
+    with pytest.raises(ValueError, match="same number of seeds"):
+        transfer.grid_difference([[1.0, 2.0]], [[1.0, 2.0], [1.0, 2.0]])
+    with pytest.raises(ValueError, match="same items"):
+        transfer.grid_difference([[1.0, 2.0], [1.0]], [[1.0, 2.0], [1.0]])

@@ -130,6 +130,11 @@ def _switch_gpt(config: Mapping[str, Any]) -> nn.Module:
     return SwitchGPT(SwitchGPTConfig(**config))
 
 
+def _char_lm(config: Mapping[str, Any]) -> nn.Module:
+    from lib.models.memory import CharLM, CharLMConfig
+    return CharLM(CharLMConfig(**config))
+
+
 def _bart(config: Mapping[str, Any]) -> nn.Module:
     from lib.models.bart import Bart, BartConfig
     return Bart(BartConfig(**config))
@@ -157,7 +162,7 @@ def _transformer(config: Mapping[str, Any]) -> nn.Module:
 
 #: kind -> a function that builds the (untrained) model from the registered configuration.
 MODEL_KINDS: dict[str, Callable[[Mapping[str, Any]], nn.Module]] = {"bert-mlm": _bert, "gpt-lm": _gpt,
-                                                                     "switch-gpt": _switch_gpt,
+                                                                     "switch-gpt": _switch_gpt, "char-lm": _char_lm,
                                                                      "bart-denoise": _bart, "elmo-bilm": _elmo,
                                                                      "t5-span": _t5, "seq2seq": _seq2seq,
                                                                      "transformer": _transformer}

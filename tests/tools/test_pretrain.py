@@ -190,12 +190,29 @@ def test_the_character_recipe_reads_tiny_shakespeare_as_characters_and_loads_as_
     assert_the_card_reports_the_stored_weights(ckpt, result, "switch-gpt")
 
 
+def test_the_adaptive_span_recipe_gives_the_spans_their_own_rate_and_pays_for_them(data_mirror, tmp_path):
+    from lib.models.memory import CharLM
+    result = pretrain.main(["adaptive-span-tiny", "--out", str(tmp_path / "out"), "--scratch", str(tmp_path / "s")])
+    ckpt = checkpoints.load("adaptive-span-tiny", root=tmp_path / "out")
+    assert isinstance(ckpt.model, CharLM) and ckpt.model.cfg.attention == "adaptive"
+    groups = read_checkpoint(tmp_path / "s" / "adaptive-span-tiny" / "state.pt")["optimizer"]["param_groups"]
+    recipe = pretrain.RECIPES["adaptive-span-tiny"]
+    assert len(groups) == 2 and groups[1]["weight_decay"] == 0.0 and groups[0]["weight_decay"] == recipe.weight_decay
+    assert groups[1]["initial_lr"] == recipe.span_lr and groups[0]["initial_lr"] == recipe.lr
+    assert len(groups[1]["params"]) == ckpt.model.cfg.num_layers          # one span ratio per layer
+    spans = [r["mean_span"] for r in result["history"].records if "mean_span" in r]
+    assert spans and spans[-1] < spans[0]                     # the penalty shrinks the spans
+    assert_the_card_reports_the_stored_weights(ckpt, result, "char-lm", falls=False)
+
+
 def test_a_character_recipe_must_read_a_character_corpus():
     recipe = pretrain.RECIPES["switch-shakespeare-tiny"]
     with pytest.raises(ValueError, match="read as characters"):
         dataclasses.replace(recipe, tokenizer="bpe")
     with pytest.raises(ValueError, match="character kind"):
         dataclasses.replace(recipe, kind="bert-mlm")
+    with pytest.raises(ValueError, match="adaptive spans"):
+        dataclasses.replace(recipe, span_loss=1e-3)
 
 
 def test_the_bart_recipe_denoises_the_reviews_of_its_stretch_and_loads_as_a_bart(data_mirror, tmp_path):

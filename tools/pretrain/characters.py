@@ -1,7 +1,9 @@
 """The character family: chapter checkpoints that model Tiny Shakespeare one character at a time.
 
-Chapter 12's dense GPT and its Switch twins (``gpt-lm`` and ``switch-gpt``) are trained by the same
-command, loop, resume and card as the pretrained models (``python -m tools.pretrain switch-shakespeare``).
+Chapter 5's character models with standard attention, adaptive attention spans and all-attention
+layers (``char-lm``) and chapter 12's dense GPT and its Switch twins (``gpt-lm`` and ``switch-gpt``) are
+trained by the same command, loop, resume and card as the pretrained models (``python -m tools.pretrain
+switch-shakespeare``).
 What differs from a subword recipe is the data:
 
 * the vocabulary is the text's characters (``WordVocab`` over characters: the special tokens, then
@@ -27,7 +29,7 @@ from lib import checkpoints, train
 from lib.io import sha256 as file_sha256
 
 #: checkpoint kinds this family trains (lib.checkpoints.MODEL_KINDS keys)
-CHAR_KINDS = frozenset({"gpt-lm", "switch-gpt"})
+CHAR_KINDS = frozenset({"gpt-lm", "switch-gpt", "char-lm"})
 #: corpus name -> the data files it reads
 CHAR_CORPORA = {"tinyshakespeare": (("tinyshakespeare", "input.txt"),)}
 SPLIT = 0.9            # the share of the characters trained on (nanoGPT's split)
@@ -109,3 +111,27 @@ def build_training(recipe, folder: Path) -> tuple:
     torch.manual_seed(recipe.seed)
     model = checkpoints.build_model(recipe.kind, recipe.model_config(vocab.vocab_size))
     return vocab, loader, heldout, model
+
+
+def step_fn(recipe):
+    """The training step: the next-character cross-entropy (a Switch model's forward adds its
+    load-balancing losses); an adaptive span adds ``span_loss`` x the mean span of its heads."""
+    def step(model, batch):
+        x, y = batch
+        loss = model(x, y)[1]
+        if recipe.kind != "char-lm" or not recipe.span_loss:
+            return loss, {}
+        penalty = model.span_penalty()
+        return loss + recipe.span_loss * penalty, {"lm_loss": loss.item(), "mean_span": float(penalty.detach())}
+    return step
+
+
+def parameter_groups(recipe, model) -> list[dict]:
+    """The optimizer's parameter groups: an adaptive span's span ratios with their own learning rate
+    (``span_lr``) and no weight decay, everything else at the recipe's."""
+    spans = [p for n, p in model.named_parameters() if n.endswith("span_ratio")]
+    rest = [p for n, p in model.named_parameters() if not n.endswith("span_ratio")]
+    groups = [{"params": rest}]
+    if spans:
+        groups.append({"params": spans, "lr": recipe.span_lr or recipe.lr, "weight_decay": 0.0})
+    return groups

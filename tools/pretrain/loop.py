@@ -122,7 +122,8 @@ def train_run(run: Run, minutes: float | None, say: Callable[[str], None] = prin
     _barrier()
     meta = json.loads((run.scratch / "data" / "data.json").read_text())
     tok, loader, heldout, model = build_training(recipe, run.scratch / "data")
-    optimizer = OPTIMIZERS[recipe.optimizer](model.parameters(), recipe.lr, recipe.weight_decay)
+    params = characters.parameter_groups(recipe, model) if recipe.tokenizer == "characters" else model.parameters()
+    optimizer = OPTIMIZERS[recipe.optimizer](params, recipe.lr, recipe.weight_decay)
     warmup = max(1, round(recipe.warmup * run.steps))
     scheduler = (train.warmup_cosine(optimizer, warmup_steps=warmup, total_steps=max(run.steps, 2),
                                      min_ratio=recipe.min_lr_ratio) if recipe.schedule == "cosine" else
@@ -140,7 +141,8 @@ def train_run(run: Run, minutes: float | None, say: Callable[[str], None] = prin
     started = time.perf_counter()
     snapshot_steps = run.snapshot_steps()
     history = None
-    step_fn = translation.step_fn(recipe) if recipe.unit == "pairs" else STEP_FNS[recipe.kind]
+    step_fn = (translation.step_fn(recipe) if recipe.unit == "pairs" else
+               characters.step_fn(recipe) if recipe.tokenizer == "characters" else STEP_FNS[recipe.kind])
 
     def evaluate(m):
         out = {"loss": heldout_loss(m, heldout, recipe.kind)}

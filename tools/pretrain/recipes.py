@@ -69,6 +69,8 @@ class Recipe:
     heldout_sequences: int = 256
     mask_prob: float = 0.15         # bert-mlm: share of tokens masked; bart-denoise: share text infilling hides
     masking: str = "token"          # bert-mlm: "token" (BERT) or "knowledge" (ERNIE 1.0's three levels)
+    span_loss: float = 0.0          # char-lm with adaptive spans: the loss adds span_loss x the heads' mean span
+    span_lr: float | None = None    # char-lm with adaptive spans: the span ratios' learning rate (default lr)
     seed: int = 0
 
     def __post_init__(self):
@@ -86,6 +88,9 @@ class Recipe:
                              f"as characters (tokenizer='characters') by a character kind "
                              f"({', '.join(sorted(characters.CHAR_KINDS))}), and only it is; got corpus {self.corpus!r}, "
                              f"tokenizer {self.tokenizer!r} and kind {self.kind}")
+        if (self.span_loss or self.span_lr is not None) and self.model.get("attention") != "adaptive":
+            raise ValueError(f"recipe {self.name}: span_loss and span_lr are for a char-lm with adaptive spans "
+                             "(model attention='adaptive')")
         if (self.unit == "pairs") != (self.kind in translation.PAIR_KINDS):
             raise ValueError(f"recipe {self.name}: a translation kind ({', '.join(sorted(translation.PAIR_KINDS))}) "
                              f"counts pairs (unit='pairs'), and only it does; got kind {self.kind} with unit {self.unit!r}")
@@ -213,6 +218,27 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in [
           ("switch-shakespeare-alpha0", "switch-gpt", "Switch character GPT without the balance loss (alpha = 0)",
            dict(num_experts=8, capacity_factor=1.25, aux_loss_coef=0.0), (0,)))
       for seed in seeds],
+    # Chapter 5's character models of Tiny Shakespeare (4 layers x 128, 256 characters of context):
+    # standard attention, adaptive spans (the span ratios at lr 1e-2 without weight decay, the loss plus
+    # 2e-5 x the mean span) and all-attention layers (64 persistent vectors per head, no feed-forward
+    # block); 1,500 steps of 16 windows (6.1M characters, 6.1 passes), AdamW, warm-up over 10 %, cosine
+    # to 0: the chapter's full setting. Seeds 1 and 2 of the standard and adaptive models give their
+    # comparison its spread over seeds.
+    *[Recipe(f"{name}{'' if seed == 0 else f'-seed{seed}'}", "char-lm", f"{what} (4 layers x 128) on Tiny "
+             f"Shakespeare's first 90 % of characters{'' if seed == 0 else f', seed {seed}'} (chapter 5)",
+             corpus="tinyshakespeare", tokenizer="characters",
+             model=dict(d_model=128, num_heads=4, num_layers=4, d_ff=512, dropout=0.0, attention=attention,
+                        max_span=256, span_ramp=8, span_init=0.5, num_persistent=64 if attention == "persistent" else 0),
+             seq_len=256, batch_size=16, lr=2e-3, weight_decay=0.01, clip_grad=1.0, warmup=0.1, min_lr_ratio=0.0,
+             tokens=1_500 * 16 * 256, eval_every_tokens=300 * 16 * 256, log_every_tokens=75 * 16 * 256,
+             heldout_sequences=1_600, seed=seed, **span)
+      for name, what, attention, span, seeds in (
+          ("standard-shakespeare", "Character Transformer with standard attention", "standard", {}, (0, 1, 2)),
+          ("adaptive-span-shakespeare", "Character Transformer with adaptive attention spans", "adaptive",
+           dict(span_loss=2e-5, span_lr=1e-2), (0, 1, 2)),
+          ("all-attention-shakespeare", "Character Transformer of all-attention layers (64 persistent vectors per "
+           "head)", "persistent", {}, (0,)))
+      for seed in seeds],
     # for the tests: the same code on 3,000 rows of the crawl, a model of a few thousand parameters
     Recipe("ko-bert-tiny", "bert-mlm", "test recipe: ko-bert's code at toy size", corpus="nsmc-first-3000",
            model=dict(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64), vocab_size=400,
@@ -253,6 +279,12 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in [
            model=dict(n_layer=2, n_head=2, n_embd=16, num_experts=4, capacity_factor=1.25), seq_len=16, batch_size=4,
            optimizer="adamw-beta2-0.99", weight_decay=0.0, clip_grad=1.0, tokens=4 * 16 * 12,
            eval_every_tokens=4 * 16 * 4, log_every_tokens=4 * 16, heldout_sequences=8),
+    Recipe("adaptive-span-tiny", "char-lm", "test recipe: chapter 5's adaptive spans at toy size",
+           corpus="tinyshakespeare", tokenizer="characters",
+           model=dict(d_model=16, num_heads=2, num_layers=1, d_ff=32, dropout=0.0, attention="adaptive", max_span=16,
+                      span_ramp=4, span_init=0.5), seq_len=16, batch_size=4, clip_grad=1.0, span_loss=0.1,
+           span_lr=0.5, tokens=4 * 16 * 12, eval_every_tokens=4 * 16 * 4, log_every_tokens=4 * 16,
+           heldout_sequences=8),
     Recipe("gpt-imdb-tiny", "gpt-lm", "test recipe: gpt-imdb's code at toy size", corpus="nsmc-first-3000",
            model=dict(n_layer=2, n_head=2, n_embd=32, dropout=0.1), vocab_size=400, seq_len=32, batch_size=8,
            tokens=8 * 32 * 12, eval_every_tokens=8 * 32 * 4, log_every_tokens=8 * 32, heldout_every=10,

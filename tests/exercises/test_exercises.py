@@ -781,3 +781,16 @@ def test_kernel_server_answers_with_data_and_caps_its_answers(capsys):
     assert ask('{"op": "nonsense"}')["exc"] == ["WireError", "unknown request kind 'nonsense' (expected one of "
                                                 "get, call, getattr, getitem, iter, len, vjp)"]
     assert ask(wire.request("len", h=99))["exc"] == ["WireError", "no object with handle 99"]
+
+
+def test_grade_csv_cells_never_read_as_formulas(tmp_path):
+    from tools.grader.grade import Grade, write_csv
+    grades = [Grade("=1+1,forged.ipynb", {"q1": 1.0}, {"q1": 1.0}, ["@SUM(A1:A9)"]),
+              Grade("-2+3.ipynb", {"q1": 0.0}, {"q1": 1.0}, []), Grade("plain.ipynb", {"q1": 1.0}, {"q1": 1.0}, [])]
+    out = tmp_path / "grades.csv"
+    write_csv(grades, ["q1"], out)
+    with open(out, newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["file"] for r in rows] == ["'=1+1,forged.ipynb", "'-2+3.ipynb", "plain.ipynb"]
+    assert rows[0]["notes"] == "'@SUM(A1:A9)" and rows[0]["q1"] == "1" and rows[1]["total"] == "0"
+    assert not any(v.startswith(("=", "+", "-", "@")) for r in rows for v in r.values())

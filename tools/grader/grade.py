@@ -195,15 +195,27 @@ def grade_notebook(nb_path: Path, tests: dict[str, str], timeout: float = 60.0,
     return grade
 
 
+#: what makes a spreadsheet read a cell as a formula (OWASP's list for CSV injection)
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def spreadsheet_text(text: str) -> str:
+    """A text cell a spreadsheet shows as text: one that would start a formula (a submission named
+    ``=1+1,forged.ipynb``, a note quoting a learner's error) gets a leading apostrophe."""
+    return "'" + text if text.startswith(FORMULA_STARTS) else text
+
+
 def write_csv(grades: list[Grade], questions: list[str], out: Path) -> None:
+    """The grades, one row per submission; every text cell (file names, question names, notes) is
+    kept from reading as a formula (:func:`spreadsheet_text`), the numbers are written as numbers."""
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
     with open(tmp, "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
-        w.writerow(["file", *questions, "total", "possible", "percent", "notes"])
+        w.writerow(["file", *map(spreadsheet_text, questions), "total", "possible", "percent", "notes"])
         for g in grades:
-            w.writerow([g.file, *[f"{g.scores.get(q, 0.0):g}" for q in questions], f"{g.total:g}",
-                        f"{g.total_possible:g}", f"{g.percent:.1f}", " | ".join(g.notes)])
+            w.writerow([spreadsheet_text(g.file), *[f"{g.scores.get(q, 0.0):g}" for q in questions], f"{g.total:g}",
+                        f"{g.total_possible:g}", f"{g.percent:.1f}", spreadsheet_text(" | ".join(g.notes))])
     tmp.replace(out)
 
 

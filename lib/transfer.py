@@ -294,7 +294,7 @@ def item_sentence(d: Mapping[str, float], name_a: str, name_b: str, what: str, u
     count = f"{n:,} {one if n == 1 else over}"
     if "df" in d:          # a grid_difference: its t has df degrees of freedom (critical_value takes df + 1)
         count = f"{n:,} seed{'' if n == 1 else 's'} x {int(d['items']):,} items"
-        over, one, n = "seeds and the items", "item", d["df"] + 1
+        over, one, n = "items" if n == 1 else "seeds and the items", "item", d["df"] + 1
     if unit == "percent":
         scale, digits, name = 100.0, 1, "points"
         head = (f"{what} ({count}): {name_a} {100 * d['a']:.1f}%, {name_b} {100 * d['b']:.1f}%; "

@@ -273,6 +273,8 @@ def test_grid_difference_adds_the_seeds_spread_to_the_items_noise():
     # one seed: the items' noise alone, with the items' degrees of freedom
     one = transfer.grid_difference(a[:1], b[:1])
     assert one["se"] == pytest.approx(transfer.item_difference(a[0], b[0])["se"]) and one["df"] == 399
+    assert "(1 seed x 400 items)" in transfer.item_sentence(one, "A", "B", "loss", unit="nats")
+    assert "paired over the items;" in transfer.item_sentence(one, "A", "B", "loss", unit="nats")
     # a clear gap when both noises are small; the same gap not clear when the seeds disagree
     steady = transfer.grid_difference([[0.9, 0.91, 0.92]] * 3, [[1.0, 1.01, 1.02]] * 3)
     assert transfer.item_sentence(steady, "A", "B", "loss", unit="nats").endswith("A is clearly ahead.")

@@ -25,17 +25,17 @@ The package, one module per job (everything public is re-exported here):
 ``rng``            python / numpy / torch / cuda random states in a weights-only form
 ``progress``       a tqdm bar or text lines
 ``distributed``    rank-0 broadcast, gradient and metric averaging under ``torchrun``
-``losses``         ``sequence_nats``: each sequence's own loss, for comparisons paired over test items
+``losses``         ``sequence_nats``, ``window_losses``: each sequence's own loss, for comparisons paired over test items
 =================  ==========================================================================
 """
 from lib.train.checkpoint import CHECKPOINT_FORMAT, CheckpointError, load_checkpoint, save_checkpoint
 from lib.train.history import History
 from lib.train.loaders import GlobalBatchSampler, LengthBucketSampler, make_loader, to_device
 from lib.train.loop import LoopState, fit
-from lib.train.losses import sequence_nats
+from lib.train.losses import sequence_nats, window_losses
 from lib.train.schedules import transformer_lr, transformer_schedule, warmup_cosine, warmup_cosine_factor
 
 __all__ = ["fit", "LoopState", "History", "to_device", "make_loader", "LengthBucketSampler", "GlobalBatchSampler",
            "transformer_lr",
            "transformer_schedule", "warmup_cosine_factor", "warmup_cosine", "save_checkpoint", "load_checkpoint",
-           "CheckpointError", "CHECKPOINT_FORMAT", "sequence_nats"]
+           "CheckpointError", "CHECKPOINT_FORMAT", "sequence_nats", "window_losses"]

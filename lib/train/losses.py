@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-__all__ = ["sequence_nats"]
+__all__ = ["sequence_nats", "window_losses"]
 
 
 def sequence_nats(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int = -100
@@ -26,3 +26,22 @@ def sequence_nats(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int
         raise TypeError(f"targets must hold integer ids, got {targets.dtype}")
     per_token = F.cross_entropy(logits.transpose(1, 2).float(), targets, ignore_index=ignore_index, reduction="none")
     return per_token.sum(1).double(), (targets != ignore_index).sum(1).double()
+
+
+@torch.no_grad()
+def window_losses(model: torch.nn.Module, batches, device: torch.device | str | None = None) -> list[float]:
+    """The mean next-token cross-entropy (nats) of every window of ``batches`` (pairs of inputs and
+    targets, ``(B, T)`` each) under a language model whose forward returns its logits first (GPT,
+    Switch GPT, the character models): one number per window, in batch order, so that two models
+    that read the same windows can be compared window by window (``lib.transfer.item_difference``,
+    ``lib.transfer.grid_difference``). Eval mode; the model stays where it is unless ``device`` is given."""
+    if device is not None:
+        model.to(device)
+    where = next(model.parameters()).device
+    model.eval()
+    out: list[float] = []
+    for x, y in batches:
+        logits = model(x.to(where))[0]
+        nats, counts = sequence_nats(logits, y.to(where))
+        out += (nats / counts).tolist()
+    return out

@@ -41,3 +41,20 @@ def test_sequence_nats_reads_low_precision_logits_in_float32_and_another_ignore_
 def test_sequence_nats_rejects_bad_shapes(logits, targets, match):
     with pytest.raises((ValueError, TypeError), match=match):
         train.sequence_nats(logits, targets)
+
+
+def test_window_losses_give_each_window_its_mean_loss_in_order():
+    from lib.models.gpt import GPT, GPTConfig
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=11, block_size=8, n_layer=1, n_head=2, n_embd=16)).train()
+    g = torch.Generator().manual_seed(1)
+    batches = [(torch.randint(0, 11, (3, 8), generator=g), torch.randint(0, 11, (3, 8), generator=g)) for _ in range(2)]
+    got = train.window_losses(model, batches)
+    assert not model.training and len(got) == 6
+    with torch.no_grad():
+        expected = [F.cross_entropy(model(x)[0][i], y[i]).item() for x, y in batches for i in range(3)]
+    assert got == pytest.approx(expected, rel=1e-6)
+    # their mean is the mean loss over the windows (every window has the same length)
+    x, y = torch.cat([b[0] for b in batches]), torch.cat([b[1] for b in batches])
+    with torch.no_grad():
+        assert sum(got) / 6 == pytest.approx(F.cross_entropy(model(x)[0].flatten(0, 1), y.flatten()).item(), rel=1e-5)

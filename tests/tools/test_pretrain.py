@@ -492,3 +492,15 @@ def test_a_pair_recipe_must_say_what_it_reads():
         dataclasses.replace(base, target_vocab_size=None)
     with pytest.raises(ValueError, match="schedule must be one of"):
         dataclasses.replace(base, schedule="linear")
+
+
+def test_every_committed_card_names_the_code_its_invocations_ran():
+    # a card's commit and uncommitted-changes flag are its invocations' (the code that trained it), not
+    # the commit of whatever rewrote the card later
+    cards = sorted(checkpoints.CHECKPOINT_DIR.glob("*/card.json"))
+    assert cards
+    for file in cards:
+        card = json.loads(file.read_text())
+        invocations = card["training"]["invocations"]
+        version = pretrain.code_version(invocations)
+        assert {k: card.get(k) for k in version} == version, file.parent.name

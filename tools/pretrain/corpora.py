@@ -419,8 +419,7 @@ def bilm_step(model, batch):
     return model.lm_loss(*batch)[0], {}
 
 
-STEP_FNS: dict[str, Callable] = {"bert-mlm": mlm_step, "gpt-lm": lm_step, "switch-gpt": lm_step,  # (+ the balance loss)
-                                 "bart-denoise": denoising_step,
+STEP_FNS: dict[str, Callable] = {"bert-mlm": mlm_step, "gpt-lm": lm_step, "bart-denoise": denoising_step,
                                  "elmo-bilm": bilm_step, "t5-span": span_step}
 DATASETS = {"bert-mlm": PackedMLM, "gpt-lm": PackedLM, "bart-denoise": PackedDenoising,
             "t5-span": PackedSpanCorruption}

@@ -504,3 +504,66 @@ def test_every_committed_card_names_the_code_its_invocations_ran():
         invocations = card["training"]["invocations"]
         version = pretrain.code_version(invocations)
         assert {k: card.get(k) for k in version} == version, file.parent.name
+
+
+def test_the_bart_chatbot_starts_from_bart_ko_reads_eos_and_never_reads_a_test_pair(data_mirror, tmp_path):
+    from lib.data import load_chatbot
+    from lib.data.chatbot import heldout_split
+    from lib.io import sha256 as file_sha256
+    recipe = pretrain.RECIPES["chatbot-bart-tiny"]
+    result = run_pairs(tmp_path, "chatbot-bart-tiny")
+    card = result["card"]
+    # the validation split is drawn from the training questions: no test question on either side
+    split = pretrain.translation.split(recipe)
+    test = heldout_split(load_chatbot(), fraction=0.05, seed=0)
+    test_questions = {test.questions[i] for i in test.heldout}
+    assert not test_questions & ({q for q, _ in split.train} | {q for q, _ in split.heldout})
+    assert not {q for q, _ in split.heldout} & {q for q, _ in split.train}
+    assert card["data"]["counts"]["validation_pairs"] == card["data"]["heldout_tokens"] > 100
+    # bart-ko's tokenizer (the same file) and, at step 0, its weights
+    ckpt = checkpoints.load("chatbot-bart-tiny", root=tmp_path / "out")
+    assert file_sha256(checkpoints.path("chatbot-bart-tiny", "tokenizer", tmp_path / "out")) == \
+        checkpoints.info("bart-ko").files["tokenizer"].sha256
+    assert card["data"]["init_from"] == {"name": "bart-ko", "weights": True,
+                                         "weights_sha256": checkpoints.info("bart-ko").files["weights"].sha256}
+    start = pretrain.translation.build_training(recipe, tmp_path / "scratch" / "chatbot-bart-tiny" / "data")[3]
+    bart_ko = checkpoints.load("bart-ko").model
+    assert all(torch.equal(a, b) for a, b in zip(start.state_dict().values(), bart_ko.state_dict().values()))
+    scratch = pretrain.translation.build_training(dataclasses.replace(recipe, init_weights=False),
+                                                  tmp_path / "scratch" / "chatbot-bart-tiny" / "data")[3]
+    assert not torch.equal(scratch.embed.weight, bart_ko.embed.weight)
+    assert ckpt.model.cfg.dropout == 0.1 and ckpt.model.cfg.d_model == bart_ko.cfg.d_model
+    # the encoder reads the question and [EOS]
+    src, lengths = result["heldout"][0][:2]
+    assert all(src[i, n - 1].item() == ckpt.tokenizer.eos_id for i, n in enumerate(lengths.tolist()))
+    # the kept weights are the evaluation with the lowest validation loss
+    curve = card["heldout"]["curve"]
+    assert card["training"]["kept"]["step"] == min(curve, key=lambda c: c["heldout_loss"])["step"]
+    loss = pretrain.heldout_loss(ckpt.model, result["heldout"], ckpt.info.kind)
+    assert loss == pytest.approx(card["training"]["kept"]["heldout_loss"], abs=2e-3)
+    assert "The weights are those of step" in (tmp_path / "out" / "chatbot-bart-tiny" / "card.md").read_text()
+
+
+def test_keep_best_keeps_the_weights_of_the_lowest_held_out_loss(tmp_path):
+    from tools.pretrain import loop
+    run_ = loop.Run(pretrain.RECIPES["chatbot-bart-tiny"], 96, [], tmp_path, tmp_path / "out", "cmd")
+    model = torch.nn.Linear(2, 1)
+    history = train.History()
+    for step, loss in ((4, 3.0), (8, 2.0), (12, 2.5)):
+        torch.nn.init.constant_(model.weight, step)
+        history.records.append({"step": step, "eval_loss": loss})
+        loop._keep_if_best(run_, model, history, step)
+    kept = loop._restore_best(run_, model)
+    assert kept == {"step": 8, "heldout_loss": 2.0} and torch.all(model.weight == 8)
+
+
+def test_only_a_pair_recipe_starts_from_a_checkpoint_and_keeps_its_best_on_validation():
+    base = pretrain.RECIPES["chatbot-bart-tiny"]
+    with pytest.raises(ValueError, match="starts from a registered checkpoint"):
+        dataclasses.replace(base, init_from=None)
+    with pytest.raises(ValueError, match="never on the test pairs"):
+        dataclasses.replace(base, validation=0.0)
+    with pytest.raises(ValueError, match="share of the training questions"):
+        dataclasses.replace(base, validation=0.7)
+    with pytest.raises(ValueError, match="for the pair family"):
+        dataclasses.replace(pretrain.RECIPES["ko-bert-tiny"], validation=0.1)

@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     main_process = device.is_main_process()
     say = print if main_process else (lambda line: None)
     if args.fresh and main_process:           # the prepared data (checked against the recipe) is kept
-        for name in ("state.pt", "run.json", "clock.json"):
+        for name in ("state.pt", "run.json", "clock.json", "best.pt"):
             (scratch / name).unlink(missing_ok=True)
     _barrier()
     run = Run(recipe, tokens, snapshots, scratch, out, canonical_command(recipe.name, tokens, snapshots, args.set), dev,

@@ -106,10 +106,13 @@ def write_output(run: Run, result: dict, say: Callable[[str], None] = print) -> 
     losses = rounded_losses(model, result["heldout"], recipe.kind)
     dtype = storage_dtype(losses)
     tokens_seen = run.steps * recipe.tokens_per_step
+    kept = result.get("kept")          # keep_best: the weights of the evaluation with the lowest held-out loss
+    kept_step = kept["step"] if kept else run.steps
     check_budget(run, model, dtype)
     weights = f"{recipe.name}/model.safetensors"
     checkpoints.save_weights(model, run.out / weights, DTYPES[dtype],
-                             _weights_metadata(run, model, tokens_seen, run.steps, losses, dtype))
+                             _weights_metadata(run, model, kept_step * recipe.tokens_per_step, kept_step, losses,
+                                               dtype))
     records = result["history"].records
     curve = [{"step": r["step"], "tokens": r["step"] * recipe.tokens_per_step,
               "train_loss": round(r["train_loss"], 4) if "train_loss" in r else None,
@@ -124,7 +127,8 @@ def write_output(run: Run, result: dict, say: Callable[[str], None] = print) -> 
                  "documents": meta["documents"], "heldout_documents": meta["heldout_documents"],
                  "train_tokens": meta["train_tokens"], "heldout_tokens": meta["heldout_tokens"],
                  "counts": meta["counts"], "passes": round(tokens_seen / meta["train_tokens"], 3),
-                 **({"heldout_rule": meta["heldout_rule"]} if "heldout_rule" in meta else {})},
+                 **({"heldout_rule": meta["heldout_rule"]} if "heldout_rule" in meta else {}),
+                 **({"init_from": meta["init_from"]} if "init_from" in meta else {})},
         "tokenizer": {"kind": recipe.tokenizer, "vocab_size": meta["vocab_size"], "lowercase": recipe.lowercase,
                       "file": "tokenizer.json", "sha256": meta["tokenizer_sha256"],
                       **({"target_vocab_size": meta["target_vocab_size"], "target_file": translation.TARGET_TOKENIZER,
@@ -138,6 +142,9 @@ def write_output(run: Run, result: dict, say: Callable[[str], None] = print) -> 
                                   f"the Transformer's: warm-up over {recipe.warmup:.0%} of the steps, then 1/sqrt(step), "
                                   f"x d_model^-0.5 x {recipe.lr:g}"),
                      "label_smoothing": recipe.label_smoothing, "weight_decay": recipe.weight_decay,
+                     **({"kept": {"step": kept["step"], "tokens": kept["step"] * recipe.tokens_per_step,
+                                  "heldout_loss": round(kept["heldout_loss"], 4),
+                                  "rule": "the evaluation with the lowest held-out loss"}} if kept else {}),
                      "wall_seconds": round(clock["seconds"], 1), "prepare_seconds": meta["seconds"],
                      "invocations": clock["invocations"],
                      "device": clock["invocations"][-1]["device"], "precision": device.precision(run.dev, model).name,
@@ -188,7 +195,12 @@ def card_markdown(card: dict) -> str:
              f"- **Training**: {t['tokens_seen']:,} {unit} ({d['passes']:g} passes), {t['steps']:,} steps of "
              f"{per_step}, {t.get('optimizer', 'adamw')} at lr {t['lr']:g} "
              f"({t['schedule']}), "
-             f"{t['wall_seconds'] / 60:.1f} minutes of training in {len(t['invocations'])} invocation(s).",
+             f"{t['wall_seconds'] / 60:.1f} minutes of training in {len(t['invocations'])} invocation(s)."
+             + (f" The weights are those of step {t['kept']['step']:,}, {t['kept']['rule']} "
+                f"({t['kept']['heldout_loss']})." if "kept" in t else ""),
+             *([f"- **Starts from**: `{d['init_from']['name']}`'s network and tokenizer"
+                + (f", and its weights (sha256 `{d['init_from']['weights_sha256'][:12]}…`)."
+                   if d["init_from"]["weights"] else ", from random weights.")] if "init_from" in d else []),
              f"- **Device**: {t['device']}; precision {t['precision']} (training), weights stored in "
              f"{h['stored_dtype']}.",
              f"- **Held-out loss**: {h['loss']:.4f} nats/{'token' if unit == 'tokens' else 'target word'} in float32; "

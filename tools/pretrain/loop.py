@@ -103,6 +103,31 @@ def _fmt_time(seconds: float) -> str:
     return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
 
 
+BEST_FILE = "best.pt"
+
+
+def _keep_if_best(run: Run, model, history, step: int) -> None:
+    """``keep_best``: when the evaluation at ``step`` is the lowest held-out (validation) loss so far, its
+    weights go to ``best.pt`` in the scratch folder (written to a temporary file, then renamed)."""
+    from lib.io import atomic_write
+    record = next((r for r in reversed(history.records) if r.get("step") == step and "eval_loss" in r), None)
+    if record is None:
+        return
+    file = run.scratch / BEST_FILE
+    best = torch.load(file, weights_only=True) if file.is_file() else None
+    if best is None or record["eval_loss"] < best["loss"]:
+        with atomic_write(file, "wb") as fh:
+            torch.save({"step": step, "loss": record["eval_loss"],
+                        "model": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}}, fh)
+
+
+def _restore_best(run: Run, model) -> dict:
+    """Load the kept weights into ``model``; returns their step and held-out loss."""
+    best = torch.load(run.scratch / BEST_FILE, weights_only=True)
+    model.load_state_dict(best["model"])
+    return {"step": int(best["step"]), "heldout_loss": float(best["loss"])}
+
+
 def train_run(run: Run, minutes: float | None, say: Callable[[str], None] = print) -> dict | None:
     """Train (resuming from the scratch checkpoint) until the schedule ends or ``minutes`` are spent.
     Returns the final state (model, history, ...) when the schedule ended, None when stopped early."""
@@ -150,6 +175,8 @@ def train_run(run: Run, minutes: float | None, say: Callable[[str], None] = prin
             out["loss_other_input"] = heldout_loss(m, heldout, recipe.kind, other_input=True)
         return out
 
+    if recipe.keep_best and done and rank == 0:     # stopped between the state and the kept weights: keep now
+        _keep_if_best(run, model, train.load_checkpoint(state_file, model)["history"], done)
     if done in snapshot_steps and rank == 0 and f"{recipe.name}@{token_label(snapshot_steps[done])}" not in \
             checkpoints.registry(run.out):    # stopped between the checkpoint and the snapshot: write it now
         train.load_checkpoint(state_file, model)
@@ -179,6 +206,8 @@ def train_run(run: Run, minutes: float | None, say: Callable[[str], None] = prin
             + f" | {rate:,.0f} {recipe.unit}/s | {_fmt_time(clock['seconds'])} "
             f"trained, about {_fmt_time(eta)} to go")
         done = boundary
+        if recipe.keep_best and rank == 0:
+            _keep_if_best(run, model, history, boundary)
         if boundary in snapshot_steps and rank == 0:
             card.write_snapshot(run, model, heldout, boundary, snapshot_steps[boundary], meta, say)
         _barrier()
@@ -190,5 +219,9 @@ def train_run(run: Run, minutes: float | None, say: Callable[[str], None] = prin
         history = train.load_checkpoint(state_file, model)["history"]
         if history.records[-1].get("step") != run.steps or "eval_loss" not in history.records[-1]:
             history.records.append({"step": run.steps, **{f"eval_{k}": v for k, v in evaluate(model).items()}})
+    kept = _restore_best(run, model) if recipe.keep_best else None
+    if kept is not None:
+        say(f"{recipe.name}: keeps the weights of step {kept['step']:,} (the lowest held-out loss, "
+            f"{kept['heldout_loss']:.4f})")
     return {"model": model, "history": history, "heldout": heldout, "meta": meta, "clock": clock,
-            "tokenizer": tok, "eval_every": eval_every}
+            "tokenizer": tok, "eval_every": eval_every, "kept": kept}

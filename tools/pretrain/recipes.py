@@ -30,6 +30,9 @@ OPTIMIZERS: dict[str, Callable] = {
     # the Transformer paper's Adam (beta2 0.98, eps 1e-9): chapters 3 and 4
     "adam-transformer": lambda params, lr, weight_decay: torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.98), eps=1e-9,
                                                                           weight_decay=weight_decay),
+    # BART's fine-tuning setting (beta2 0.98, eps 1e-8): chapter 10's chatbots
+    "adamw-beta2-0.98": lambda params, lr, weight_decay: torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.98),
+                                                                           weight_decay=weight_decay),
 }
 #: learning-rate schedules: "cosine" (linear warm-up over ``warmup`` of the steps, then cosine to
 #: ``min_lr_ratio`` x lr) or "inverse-sqrt" (the Transformer paper's, warm-up over ``warmup`` of the steps,
@@ -71,6 +74,14 @@ class Recipe:
     masking: str = "token"          # bert-mlm: "token" (BERT) or "knowledge" (ERNIE 1.0's three levels)
     span_loss: float = 0.0          # char-lm with adaptive spans: the loss adds span_loss x the heads' mean span
     span_lr: float | None = None    # char-lm with adaptive spans: the span ratios' learning rate (default lr)
+    init_from: str | None = None    # pair family: a registered checkpoint whose tokenizer and network (its
+                                    # configuration, updated by ``model``) the run takes, and its weights as the
+                                    # start unless init_weights is False (the same network from random weights)
+    init_weights: bool = True
+    validation: float = 0.0         # pair family: the share of the training questions held out as a validation
+                                    # split, on which the run's held-out loss is read (the test pairs never are)
+    keep_best: bool = False         # the checkpoint is the weights at the evaluation with the lowest held-out
+                                    # (validation) loss: early stopping
     seed: int = 0
 
     def __post_init__(self):
@@ -91,6 +102,17 @@ class Recipe:
         if (self.span_loss or self.span_lr is not None) and self.model.get("attention") != "adaptive":
             raise ValueError(f"recipe {self.name}: span_loss and span_lr are for a char-lm with adaptive spans "
                              "(model attention='adaptive')")
+        if (self.init_from is not None or self.validation) and self.unit != "pairs":
+            raise ValueError(f"recipe {self.name}: init_from and validation are for the pair family (unit='pairs')")
+        if (self.init_from is not None) != (self.kind in translation.INIT_KINDS):
+            raise ValueError(f"recipe {self.name}: a {', '.join(sorted(translation.INIT_KINDS))} model starts from a "
+                             "registered checkpoint's network and tokenizer (init_from), and only it does")
+        if not 0.0 <= self.validation < 0.5:
+            raise ValueError(f"recipe {self.name}: validation is a share of the training questions in [0, 0.5), "
+                             f"got {self.validation!r}")
+        if self.keep_best and not self.validation:
+            raise ValueError(f"recipe {self.name}: keep_best chooses the weights on a validation split "
+                             "(validation > 0), never on the test pairs")
         if (self.unit == "pairs") != (self.kind in translation.PAIR_KINDS):
             raise ValueError(f"recipe {self.name}: a translation kind ({', '.join(sorted(translation.PAIR_KINDS))}) "
                              f"counts pairs (unit='pairs'), and only it does; got kind {self.kind} with unit {self.unit!r}")
@@ -125,6 +147,8 @@ class Recipe:
                     "eos_id": SPECIAL_IDS["eos"], "decoder_start_id": SPECIAL_IDS["pad"]}
         return {**self.model, "vocab_size": vocab_size, "block_size": self.seq_len}
 
+
+CHAT_STEPS = 2_000           # chapter 10's fine-tuning budget (each run keeps its best evaluation)
 
 # No dropout while pretraining: a run of one or two passes does not overfit, and on a CPU dropout's
 # random masks cost about a fifth of the step (measured with the profiler). Fine-tuning asks for its
@@ -197,6 +221,20 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in [
            unit="pairs", seq_len=40, batch_size=64, optimizer="adam-transformer", lr=1.0, weight_decay=0.0,
            clip_grad=1.0, schedule="inverse-sqrt", warmup=4_000 / 8_800, label_smoothing=0.1, tokens=8_800 * 64,
            eval_every_tokens=880 * 64, log_every_tokens=88 * 64, heldout_sequences=1_000),
+    # Chapter 10's chatbots: the course's BART (bart-ko: its tokenizer, network and weights) fine-tuned on
+    # chapter 4's training pairs, and the same network and tokenizer from random weights, with the page's
+    # settings (BART's AdamW with beta2 0.98, lr 5e-4, warm-up over 10 %, cosine to 0.1, dropout 0.1, 64
+    # pairs a step). 5 % of the training questions are a validation split: each run keeps the weights of
+    # its lowest validation loss (evaluated every 100 steps), so each arm stops where it is best and the
+    # test pairs choose nothing. Seeds 1 and 2 of both give the comparison its spread over seeds.
+    *[Recipe(f"chatbot-bart{'' if init else '-scratch'}{'' if seed == 0 else f'-seed{seed}'}", "bart-chat",
+             f"Korean chatbot: {'the course BART (bart-ko) fine-tuned' if init else 'bart-ko network and tokenizer from random weights, trained'} "
+             f"on chapter 4's training pairs{'' if seed == 0 else f', seed {seed}'} (chapter 10)",
+             corpus="chatbot-ko", init_from="bart-ko", init_weights=init, model=dict(dropout=0.1), unit="pairs",
+             seq_len=40, batch_size=64, optimizer="adamw-beta2-0.98", lr=5e-4, weight_decay=0.01, warmup=0.1,
+             tokens=CHAT_STEPS * 64, eval_every_tokens=100 * 64, log_every_tokens=20 * 64, heldout_sequences=1_000,
+             validation=0.05, keep_best=True, seed=seed)
+      for init in (True, False) for seed in (0, 1, 2)],
     # Chapter 12's character models of Tiny Shakespeare: a dense GPT (4 layers x 128) and its Switch twin
     # (8 experts in every other block, capacity factor 1.25, balance loss 0.01), and the twin without the
     # balance loss; the same data order for all (a seed's): 4,800 steps of 12 windows of 64 characters
@@ -274,6 +312,10 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in [
            unit="pairs", seq_len=40, batch_size=8, optimizer="adam-transformer", lr=1.0, weight_decay=0.0,
            clip_grad=1.0, schedule="inverse-sqrt", warmup=0.5, label_smoothing=0.1, tokens=8 * 12, eval_every_tokens=8 * 4,
            log_every_tokens=8, heldout_sequences=16),
+    Recipe("chatbot-bart-tiny", "bart-chat", "test recipe: chapter 10's chatbot code, a few steps from bart-ko",
+           corpus="chatbot-ko", init_from="bart-ko", model=dict(dropout=0.1), unit="pairs", seq_len=40, batch_size=8,
+           optimizer="adamw-beta2-0.98", lr=5e-4, tokens=8 * 12, eval_every_tokens=8 * 4, log_every_tokens=8,
+           heldout_sequences=16, validation=0.05, keep_best=True),
     Recipe("switch-shakespeare-tiny", "switch-gpt", "test recipe: the character family's code at toy size",
            corpus="tinyshakespeare", tokenizer="characters",
            model=dict(n_layer=2, n_head=2, n_embd=16, num_experts=4, capacity_factor=1.25), seq_len=16, batch_size=4,

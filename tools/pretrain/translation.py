@@ -10,7 +10,13 @@ pretrained models (``python -m tools.pretrain s2s-attention-fra-eng``):
   the training pairs only;
 * chapter 4's Korean chatbot (``transformer``), on the chatbot pairs split by distinct question
   (``lib.data.chatbot.heldout_split``, 5 % held out), one BPE vocabulary for questions and answers
-  trained on the training pairs only.
+  trained on the training pairs only;
+* chapter 10's chatbots (``bart-chat``): the course's BART (``init_from="bart-ko"``: its tokenizer, its
+  network and its weights) fine-tuned on the same pairs, and the same network and tokenizer from random
+  weights (``init_weights=False``). The encoder reads the question and ``[EOS]``, as BART was pretrained.
+  Their recipes hold out a validation split of the training questions (``validation``): the run's
+  held-out loss is read there, and the checkpoint keeps the weights where it was lowest
+  (``keep_best``), so the test pairs choose nothing.
 
 What differs from a language-model recipe is the data and its unit: a step reads ``batch_size``
 *pairs* (batches of similar source length, ``lib.train.LengthBucketSampler``), so the recipe's budget
@@ -35,7 +41,10 @@ from lib import checkpoints, train
 from lib.io import sha256 as file_sha256
 
 #: checkpoint kinds this family trains (lib.checkpoints.MODEL_KINDS keys)
-PAIR_KINDS = frozenset({"seq2seq", "transformer"})
+PAIR_KINDS = frozenset({"seq2seq", "transformer", "bart-chat"})
+#: kinds whose network, tokenizer and (unless init_weights is False) weights come from a registered checkpoint
+INIT_KINDS = frozenset({"bart-chat"})
+VALIDATION_SEED = 1      # the validation split of the training questions: the same for every arm and seed
 TARGET_TOKENIZER = "target_tokenizer.json"
 
 #: corpus name -> the data files it reads
@@ -65,15 +74,25 @@ def split(recipe) -> PairSplit:
             "training_pairs": len(pairs.train_pairs), "heldout_sentences": len(pairs.references),
             "heldout_pairs": n_held, "training_words": {"english": sum(len(s) for s, _ in pairs.train_pairs),
                                                         "french": sum(len(t) for _, t in pairs.train_pairs)}})
-    if recipe.corpus == "chatbot-ko":          # chapter 4's split by distinct question
+    if recipe.corpus == "chatbot-ko":          # chapter 4's split by distinct question (always its seed, 0)
         from lib.data.chatbot import heldout_split
         rows = data.load_chatbot()
-        s = heldout_split(rows, fraction=0.05, seed=recipe.seed)
+        s = heldout_split(rows, fraction=0.05, seed=0)
         train_pairs = [(s.questions[i], s.answers[i]) for i in s.train]
         held = [(s.questions[i], s.answers[i]) for i in s.heldout]
-        return PairSplit(train_pairs, held[:recipe.heldout_sequences], {
-            "pairs": len(rows), "distinct_questions": len(set(s.questions)), "training_pairs": len(train_pairs),
-            "heldout_pairs": len(held)})
+        counts = {"pairs": len(rows), "distinct_questions": len(set(s.questions)), "training_pairs": len(train_pairs),
+                  "heldout_pairs": len(held)}
+        if recipe.validation:               # a share of the training questions, by question again
+            v = heldout_split([{"q": q, "a": a} for q, a in train_pairs], fraction=recipe.validation,
+                              seed=VALIDATION_SEED)
+            train_pairs = [(v.questions[i], v.answers[i]) for i in v.train]
+            held = [(v.questions[i], v.answers[i]) for i in v.heldout]
+            counts.update(training_pairs=len(train_pairs), validation_pairs=len(held), heldout_pairs=len(held),
+                          test_pairs_never_read=counts["heldout_pairs"])
+        return PairSplit(train_pairs, held[:recipe.heldout_sequences], counts)
+    if recipe.validation:
+        raise SystemExit(f"recipe {recipe.name}: a validation split is drawn from the chatbot's questions only, "
+                         f"not from {recipe.corpus!r}")
     raise SystemExit(f"recipe {recipe.name}: unknown pair corpus {recipe.corpus!r} (expected one of "
                      f"{', '.join(PAIR_CORPORA)})")
 
@@ -88,7 +107,11 @@ def _digest(pairs) -> str:
 
 def _vocabularies(recipe, pairs: PairSplit) -> tuple:
     """(source, target) vocabularies from the training pairs: a word vocabulary per side, or one BPE
-    tokenizer for both (the same object twice)."""
+    tokenizer for both (the same object twice), or the ``init_from`` checkpoint's tokenizer."""
+    if recipe.init_from is not None:
+        from lib.text import load_vocabulary
+        tok = load_vocabulary(checkpoints.path(recipe.init_from, "tokenizer"))
+        return tok, tok
     if recipe.tokenizer == "words":
         from lib.text import WordVocab
         return (WordVocab.build((s for s, _ in pairs.train), max_size=recipe.vocab_size),
@@ -124,6 +147,12 @@ def prepare(recipe, folder: Path, fingerprint: dict) -> dict:
             "datasets": [{"dataset": d, "file": name, "sha256": data.REGISTRY[d].files[name].sha256}
                          for d, name in PAIR_CORPORA[recipe.corpus]],
             "tokenizer_sha256": file_sha256(folder / "tokenizer.json"), "vocab_size": src.vocab_size}
+    if recipe.validation:
+        meta["heldout_rule"] = (f"a validation split of {recipe.validation:.0%} of the training questions held out "
+                                "(chapter 4's held-out test pairs are never read)")
+    if recipe.init_from is not None:
+        meta["init_from"] = {"name": recipe.init_from, "weights": recipe.init_weights,
+                             "weights_sha256": checkpoints.info(recipe.init_from).files["weights"].sha256}
     if tgt is not src:
         tgt.save(folder / TARGET_TOKENIZER)
         meta.update(target_vocab_size=tgt.vocab_size, target_tokenizer_sha256=file_sha256(folder / TARGET_TOKENIZER))
@@ -131,6 +160,8 @@ def prepare(recipe, folder: Path, fingerprint: dict) -> dict:
 
 
 def model_config(recipe, src_vocab, tgt_vocab) -> dict:
+    if recipe.init_from is not None:         # the checkpoint's network, with the recipe's settings (dropout)
+        return {**checkpoints.info(recipe.init_from).config, **recipe.model}
     if recipe.kind == "seq2seq":
         return {**recipe.model, "src_vocab_size": src_vocab.vocab_size, "tgt_vocab_size": tgt_vocab.vocab_size}
     # a Transformer: positions for the longest source or target (collate adds [BOS] or [EOS])
@@ -142,6 +173,8 @@ def encode(recipe, pairs: list, src_vocab, tgt_vocab) -> list[tuple[list[int], l
     """Id pairs; a subword corpus keeps the pairs whose source has at most ``seq_len`` pieces and whose
     target fits in ``seq_len`` with its [EOS] (a word corpus was cut at ``seq_len`` words by its split)."""
     ids = [(src_vocab.encode(s), tgt_vocab.encode(t)) for s, t in pairs]
+    if recipe.kind == "bart-chat":           # BART's encoder reads the text and [EOS]
+        ids = [(s + [src_vocab.eos_id], t) for s, t in ids]
     if recipe.tokenizer == "words":
         return ids
     return [(s, t) for s, t in ids if len(s) <= recipe.seq_len and len(t) + 1 <= recipe.seq_len]
@@ -160,7 +193,19 @@ def build_training(recipe, folder: Path) -> tuple:
     loader = torch.utils.data.DataLoader(ids, batch_sampler=sampler, collate_fn=collate)
     torch.manual_seed(recipe.seed)
     model = checkpoints.build_model(recipe.kind, model_config(recipe, src, tgt))
+    if recipe.init_from is not None and recipe.init_weights:
+        start = checkpoints.load(recipe.init_from)
+        if meta_sha(folder) != start.info.files["weights"].sha256:
+            raise SystemExit(f"{folder} was prepared from other weights of {recipe.init_from} than the registered "
+                             "ones: run with --fresh")
+        model.load_state_dict(start.model.state_dict())
     return src, loader, heldout, model
+
+
+def meta_sha(folder: Path) -> str | None:
+    """The SHA-256 of the ``init_from`` weights the prepared data recorded."""
+    import json
+    return json.loads((folder / "data.json").read_text()).get("init_from", {}).get("weights_sha256")
 
 
 def logits(model, batch) -> torch.Tensor:

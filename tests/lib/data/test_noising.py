@@ -154,3 +154,20 @@ def test_chatbot_split_keeps_repeated_questions_on_one_side():
     assert heldout_split(rows, 0.25, seed=1).heldout != split.heldout
     with pytest.raises(ValueError, match="rows\\[0\\]"):
         heldout_split([{"q": "x"}])
+
+
+def test_an_echo_is_half_of_the_question_or_more_coming_back_in_one_piece():
+    from lib.data.chatbot import echo_share, echoes
+    assert echoes("카페갈래?", "카페갈래도 괜찮아요 .") and echo_share("카페갈래?", "카페갈래도 괜찮아요 .") == 1.0
+    assert echo_share("영화 볼래?", "볼래도 괜찮아요 .") == pytest.approx(2 / 4)    # 영화볼래: 볼래 comes back
+    assert echoes("영화 볼래?", "볼래도 괜찮아요 .")
+    assert not echoes("배고파", "뭐 좀 챙겨 드세요 .") and echo_share("배고파", "뭐 좀 챙겨 드세요 .") == 0.0
+    # one piece: the question's characters scattered over the reply are not an echo
+    assert echo_share("가나다라", "가 다 나 라") == pytest.approx(1 / 4)
+    assert echo_share("1지망 학교 떨어졌어", "학교를 좋아하면 돼요") == pytest.approx(2 / 9)
+    assert echo_share("?!", "네") == 0.0 and echo_share("안녕", "") == 0.0
+    assert echoes("안녕", "안", threshold=0.5) and not echoes("안녕", "안", threshold=0.6)
+    with pytest.raises(TypeError, match="str"):
+        echo_share(None, "네")
+    with pytest.raises(ValueError, match="threshold"):
+        echoes("a", "a", threshold=2)

@@ -20,8 +20,10 @@ a shared disk), a file missing from the repository is looked for there.
 The size budget
 ---------------
 All the registered files together stay under :data:`BUDGET_BYTES` (250 MB). The course's
-models have about 5M parameters: 10 to 12 MB each in bfloat16 / float16 (weights only, the tied
-output layer stored once). The budget was first set at 100 MB, for seven pretrained models and
+models have about 5M parameters: 10 to 12 MB each in bfloat16 / float16, about 6 MB in int8 with a
+float16 scale per 64 values (weights only, the tied output layer stored once). ``tools.pretrain``
+stores each in the smallest of int8, float16 and bfloat16 whose held-out loss is within 0.001 nats of
+float32's (the card gives all four). The budget was first set at 100 MB, for seven pretrained models and
 three emergence snapshots. It was raised to 140 MB once the two emergence series were in
 (``ko-bert`` and ``ernie-ko`` with three snapshots each: chapter 8's emergence plot and chapter 13's
 comparison along the runs, about 64 MB together), so that the remaining models of Part III (BART,
@@ -62,7 +64,8 @@ from lib.io import atomic_write, folder_from_env, sha256 as file_sha256
 
 __all__ = ["CheckpointError", "CHECKPOINT_DIR", "MIRROR_ENV", "BUDGET_BYTES", "REGISTRY_FILE", "FileEntry",
            "CheckpointInfo", "Checkpoint", "registry", "info", "path", "load", "load_state", "save_weights",
-           "register", "total_size", "config_dict", "MODEL_KINDS", "build_model", "weights_state",
+           "register", "total_size", "config_dict", "MODEL_KINDS", "build_model", "weights_state", "as_stored",
+           "stored_bytes", "INT8_GROUP",
            "file_entry", "summary"]
 
 CHECKPOINT_DIR = Path(__file__).resolve().parent.parent / "checkpoints"
@@ -305,14 +308,61 @@ def weights_state(model: nn.Module) -> tuple[dict[str, torch.Tensor], list[str]]
     return {n: t for n, t in state.items() if n in first}, tied
 
 
+#: int8 storage: a floating tensor of two or more dimensions is stored as int8 values with one float16
+#: scale per group of ``INT8_GROUP`` consecutive values of a row (its largest magnitude / 127; a row whose
+#: length is not a multiple is one group), under its own name plus ``INT8_SCALE``; other floating tensors
+#: (biases, norms) in float16. About a quarter of float32's bytes, where 16 bits take a half.
+INT8_GROUP = 64
+INT8_SCALE = ".int8_scale"
+
+
+def _int8_groups(t: torch.Tensor) -> torch.Tensor:
+    size = INT8_GROUP if t.shape[-1] % INT8_GROUP == 0 else t.shape[-1]
+    return t.detach().float().reshape(-1, size)
+
+
+def _stored(name: str, t: torch.Tensor, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """The safetensors entries that store tensor ``t`` in ``dtype`` (see ``INT8_GROUP`` for torch.int8)."""
+    t = t.detach()
+    if not t.is_floating_point():
+        return {name: t}
+    if dtype != torch.int8:
+        return {name: t.to(dtype)}
+    if t.dim() < 2:
+        return {name: t.to(torch.float16)}
+    groups = _int8_groups(t)
+    scale = (groups.abs().amax(1, keepdim=True) / 127).to(torch.float16)
+    safe = scale.float().clamp_min(torch.finfo(torch.float16).tiny)
+    q = (groups / safe).round().clamp(-127, 127).to(torch.int8)
+    return {name: q.reshape(t.shape), name + INT8_SCALE: scale.flatten()}
+
+
+def _dequantize(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    return (q.float().reshape(scale.numel(), -1) * scale.float()[:, None]).reshape(q.shape)
+
+
+def as_stored(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``t`` as ``save_weights`` stores it in ``dtype`` and ``read_weights`` reads it back (float32)."""
+    entries = _stored("t", t, dtype)
+    if "t" + INT8_SCALE in entries:
+        return _dequantize(entries["t"], entries["t" + INT8_SCALE])
+    return entries["t"].float() if t.is_floating_point() else entries["t"]
+
+
+def stored_bytes(model: nn.Module, dtype: torch.dtype) -> int:
+    """The bytes of the weights' tensors as ``save_weights`` would store them in ``dtype`` (no header)."""
+    state, _ = weights_state(model)
+    return sum(v.numel() * v.element_size() for k, t in state.items() for v in _stored(k, t, dtype).values())
+
+
 def save_weights(model: nn.Module, file: str | os.PathLike, dtype: torch.dtype, metadata: Mapping[str, Any]) -> Path:
-    """Write the weights (floating tensors in ``dtype``, tied ones once) as safetensors, atomically,
-    with ``metadata`` (JSON values) in the file's header."""
+    """Write the weights (floating tensors in ``dtype``, or int8 with scales for ``torch.int8``: see
+    ``INT8_GROUP``; tied ones once) as safetensors, atomically, with ``metadata`` (JSON values) in the
+    file's header."""
     from safetensors.torch import save
 
     state, _ = weights_state(model)
-    state = {k: (v.detach().to(dtype) if v.is_floating_point() else v.detach()).contiguous().cpu()
-             for k, v in state.items()}
+    state = {k: v.contiguous().cpu() for name, t in state.items() for k, v in _stored(name, t, dtype).items()}
     # one metadata entry: safetensors writes several in a random order, and the same weights must
     # give the same bytes (and so the same SHA-256) every time
     header = {META_KEY: json.dumps({"format": FORMAT, **metadata}, sort_keys=True, ensure_ascii=False)}
@@ -336,7 +386,10 @@ def read_weights(file: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         raise CheckpointError(f"{file} is not a safetensors file ({e})") from None
     if meta.pop("format", None) != FORMAT:
         raise CheckpointError(f"{file} was not written by lib.checkpoints.save_weights")
-    return {k: v.float() if v.is_floating_point() else v for k, v in state.items()}, meta
+    scales = {k[:-len(INT8_SCALE)]: state.pop(k) for k in [k for k in state if k.endswith(INT8_SCALE)]}
+    out = {k: _dequantize(v, scales[k]) if k in scales else v.float() if v.is_floating_point() else v
+           for k, v in state.items()}
+    return out, meta
 
 
 def load_state(name: str, config: Any = None, root: str | os.PathLike | None = None
@@ -411,5 +464,6 @@ def summary(ckpt: Checkpoint) -> str:
     commit = card["commit"] + (" with uncommitted changes" if card.get("uncommitted_changes") else "")
     return (f"{ckpt.name}: {t['steps']:,} steps of {per_step} ({t['tokens_seen']:,} {unit}, {passes:g} passes over "
             f"the training data) in {t['wall_seconds'] / 60:.1f} minutes on {device} in {t['precision']}, "
-            f"commit {commit}, by `{card['command']}`; stored in {h['stored_dtype']} "
-            f"({ckpt.info.size / 1e6:.1f} MB).")
+            f"commit {commit}, by `{card['command']}`; "
+            + (f"it kept the weights of step {t['kept']['step']:,}, {t['kept']['rule']}; " if "kept" in t else "")
+            + f"stored in {h['stored_dtype']} ({ckpt.info.size / 1e6:.1f} MB).")

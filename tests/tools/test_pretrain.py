@@ -343,14 +343,20 @@ def test_a_snapshot_missed_by_an_interruption_is_written_on_resume(data_mirror, 
     assert snap.card["steps"] == 4 and state(tmp_path)["step"] == 8
     stored = pretrain.DTYPES[snap.card["stored_dtype"]]
     key = "bert.embeddings.word_embeddings.weight"
-    assert torch.equal(snap.model.state_dict()[key], at_snapshot["model"][key].to(stored).float())
+    assert torch.equal(snap.model.state_dict()[key], checkpoints.as_stored(at_snapshot["model"][key], stored))
 
 
 def test_storage_dtype_is_the_smallest_that_loses_nothing_measurable():
     tol = pretrain.DTYPE_TOLERANCE
-    assert pretrain.storage_dtype({"float32": 5.0, "float16": 5.0 + tol / 2, "bfloat16": 5.0}) == "float16"
-    assert pretrain.storage_dtype({"float32": 5.0, "float16": 5.0 + 2 * tol, "bfloat16": 5.0 - tol / 2}) == "bfloat16"
-    assert pretrain.storage_dtype({"float32": 5.0, "float16": 5.0 + 2 * tol, "bfloat16": 5.0 + 3 * tol}) == "float32"
+    assert pretrain.storage_dtype({"float32": 5.0, "int8": 5.0 - tol / 2, "float16": 5.0, "bfloat16": 5.0}) == "int8"
+    assert pretrain.storage_dtype({"float32": 5.0, "int8": 5.0 + 2 * tol, "float16": 5.0 + tol / 2,
+                                   "bfloat16": 5.0}) == "float16"
+    assert pretrain.storage_dtype({"float32": 5.0, "int8": 5.0, "float16": 5.0 + 2 * tol, "bfloat16": 5.0 - tol / 2}
+                                  ) == "int8"
+    assert pretrain.storage_dtype({"float32": 5.0, "int8": 5.0 + 3 * tol, "float16": 5.0 + 2 * tol,
+                                   "bfloat16": 5.0 - tol / 2}) == "bfloat16"
+    assert pretrain.storage_dtype({"float32": 5.0, "int8": 5.0 + 4 * tol, "float16": 5.0 + 2 * tol,
+                                   "bfloat16": 5.0 + 3 * tol}) == "float32"
 
 
 def test_a_resumed_run_must_keep_its_settings(data_mirror, tmp_path):
@@ -542,6 +548,8 @@ def test_the_bart_chatbot_starts_from_bart_ko_reads_eos_and_never_reads_a_test_p
     loss = pretrain.heldout_loss(ckpt.model, result["heldout"], ckpt.info.kind)
     assert loss == pytest.approx(card["training"]["kept"]["heldout_loss"], abs=2e-3)
     assert "The weights are those of step" in (tmp_path / "out" / "chatbot-bart-tiny" / "card.md").read_text()
+    assert f"it kept the weights of step {card['training']['kept']['step']}, the evaluation with the lowest" in \
+        checkpoints.summary(ckpt)
 
 
 def test_keep_best_keeps_the_weights_of_the_lowest_held_out_loss(tmp_path):

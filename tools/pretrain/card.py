@@ -56,9 +56,7 @@ def check_budget(run: Run, model, dtype: str, extra: int = 100_000) -> None:
     if run.out != checkpoints.CHECKPOINT_DIR.resolve():
         return
     others = {k: v for k, v in checkpoints.registry(run.out).items() if k.split("@")[0] != run.recipe.name}
-    state, _ = checkpoints.weights_state(model)
-    weights = sum(t.numel() * (DTYPES[dtype].itemsize if t.is_floating_point() else t.element_size())
-                  for t in state.values())
+    weights = checkpoints.stored_bytes(model, DTYPES[dtype])
     planned = checkpoints.total_size(others) + weights * (1 + len(run.snapshot_steps())) + extra
     if planned > checkpoints.BUDGET_BYTES:
         raise SystemExit(f"{run.recipe.name} would bring {run.out} to about {planned / 1e6:.0f} MB, over its budget "

@@ -6,12 +6,13 @@ import copy
 import torch
 import torch.nn.functional as F
 
+from lib import checkpoints
 from lib.data import mlm
 from tools.pretrain import translation
 from tools.pretrain.corpora import masked_logits
 
 DTYPE_TOLERANCE = 1e-3      # nats: a stored dtype may change the held-out loss by at most this much
-DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+DTYPES = {"int8": torch.int8, "float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 
 #: kinds whose model reads an input with an encoder: their evaluation also scores each held-out target
 #: after another example's input (``heldout_loss(..., other_input=True)``), so that a run shows whether
@@ -66,14 +67,15 @@ def rounded_losses(model, batches: list, kind: str) -> dict[str, float]:
         with torch.no_grad():
             for p in list(twin.parameters()) + list(twin.buffers()):
                 if p.is_floating_point():
-                    p.copy_(p.to(dtype).float())
+                    p.copy_(checkpoints.as_stored(p, dtype))
         out[name] = heldout_loss(twin, batches, kind)
     return out
 
 
 def storage_dtype(losses: dict[str, float]) -> str:
-    """float16, else bfloat16, when its held-out loss is within DTYPE_TOLERANCE of float32's; else float32."""
-    for name in ("float16", "bfloat16"):
+    """The smallest of int8 (with scales: ``lib.checkpoints.INT8_GROUP``), float16 and bfloat16 whose held-out
+    loss is within DTYPE_TOLERANCE of float32's; else float32."""
+    for name in ("int8", "float16", "bfloat16"):
         if abs(losses[name] - losses["float32"]) <= DTYPE_TOLERANCE:
             return name
     return "float32"

@@ -53,6 +53,27 @@ def test_round_trip_stores_tied_weights_once_and_loads_the_same_model(root):
     assert not ckpt.model.training
 
 
+def test_int8_weights_are_a_quarter_of_float32_and_load_within_half_a_step_of_their_group(root):
+    model = make_model()
+    full = build(root, model, name="full", dtype=torch.float32).stat().st_size
+    small = build(root, model, name="small", dtype=torch.int8).stat().st_size
+    assert small < 0.5 * full            # (a toy model: the header is a good part of the file)
+    loaded = checkpoints.load("small", root=root).model.state_dict()
+    for k, v in model.state_dict().items():
+        if not v.is_floating_point():
+            continue
+        if v.dim() < 2:                     # biases and norms: float16
+            assert torch.equal(loaded[k], v.half().float()), k
+            continue
+        size = checkpoints.INT8_GROUP if v.shape[-1] % checkpoints.INT8_GROUP == 0 else v.shape[-1]
+        groups, got = v.reshape(-1, size), loaded[k].reshape(-1, size)
+        step = groups.abs().amax(1, keepdim=True) / 127          # one int8 step of each group
+        assert torch.all((got - groups).abs() <= step * 0.5 + 1e-3 * step + 1e-8), k
+        assert not torch.equal(got, groups), k
+        assert torch.equal(checkpoints.as_stored(v, torch.int8), loaded[k]), k
+    assert checkpoints.stored_bytes(model, torch.int8) < 0.3 * checkpoints.stored_bytes(model, torch.float32)
+
+
 def test_half_precision_weights_load_as_float32(root):
     model = make_model()
     build(root, model, dtype=torch.bfloat16)

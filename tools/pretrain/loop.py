@@ -107,16 +107,16 @@ BEST_FILE = "best.pt"
 
 
 def _keep_if_best(run: Run, model, history, step: int) -> None:
-    """``keep_best``: when the evaluation at ``step`` is the lowest held-out (validation) loss so far, its
-    weights go to ``best.pt`` in the scratch folder (written to a temporary file, then renamed)."""
+    """``keep_best``: when the evaluation at ``step`` is the lowest held-out (validation) loss so far (the
+    history holds every earlier one), its weights go to ``best.pt`` in the scratch folder (written to a
+    temporary file, then renamed)."""
     from lib.io import atomic_write
-    record = next((r for r in reversed(history.records) if r.get("step") == step and "eval_loss" in r), None)
+    evals = [r for r in history.records if "eval_loss" in r and r.get("step", step + 1) <= step]
+    record = next((r for r in reversed(evals) if r["step"] == step), None)
     if record is None:
         return
-    file = run.scratch / BEST_FILE
-    best = torch.load(file, weights_only=True) if file.is_file() else None
-    if best is None or record["eval_loss"] < best["loss"]:
-        with atomic_write(file, "wb") as fh:
+    if all(record["eval_loss"] < r["eval_loss"] for r in evals if r["step"] < step):
+        with atomic_write(run.scratch / BEST_FILE, "wb") as fh:
             torch.save({"step": step, "loss": record["eval_loss"],
                         "model": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}}, fh)
 

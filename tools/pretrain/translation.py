@@ -30,6 +30,7 @@ corpus when a run starts or resumes (a few seconds, always the same split).
 from __future__ import annotations
 
 import hashlib
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -195,16 +196,15 @@ def build_training(recipe, folder: Path) -> tuple:
     model = checkpoints.build_model(recipe.kind, model_config(recipe, src, tgt))
     if recipe.init_from is not None and recipe.init_weights:
         start = checkpoints.load(recipe.init_from)
-        if meta_sha(folder) != start.info.files["weights"].sha256:
+        if _prepared_init_sha(folder) != start.info.files["weights"].sha256:
             raise SystemExit(f"{folder} was prepared from other weights of {recipe.init_from} than the registered "
                              "ones: run with --fresh")
         model.load_state_dict(start.model.state_dict())
     return src, loader, heldout, model
 
 
-def meta_sha(folder: Path) -> str | None:
+def _prepared_init_sha(folder: Path) -> str | None:
     """The SHA-256 of the ``init_from`` weights the prepared data recorded."""
-    import json
     return json.loads((folder / "data.json").read_text()).get("init_from", {}).get("weights_sha256")
 
 

@@ -167,7 +167,7 @@ def _transformer(config: Mapping[str, Any]) -> nn.Module:
 MODEL_KINDS: dict[str, Callable[[Mapping[str, Any]], nn.Module]] = {"bert-mlm": _bert, "gpt-lm": _gpt,
                                                                      "switch-gpt": _switch_gpt, "char-lm": _char_lm,
                                                                      "bart-denoise": _bart, "bart-chat": _bart, "elmo-bilm": _elmo,
-                                                                     "t5-span": _t5, "seq2seq": _seq2seq,
+                                                                     "t5-span": _t5, "t5-task": _t5, "seq2seq": _seq2seq,
                                                                      "transformer": _transformer}
 
 

@@ -137,6 +137,8 @@ def write_output(run: Run, result: dict, say: Callable[[str], None] = print) -> 
                      "optimizer": recipe.optimizer, "lr": recipe.lr,
                      "schedule": (f"linear warm-up over {recipe.warmup:.0%} of the steps, cosine to "
                                   f"{recipe.min_lr_ratio:g} x lr" if recipe.schedule == "cosine" else
+                                  "constant (Adafactor's relative step: min(lr, 1/sqrt(step)))"
+                                  if recipe.schedule == "constant" else
                                   f"the Transformer's: warm-up over {recipe.warmup:.0%} of the steps, then 1/sqrt(step), "
                                   f"x d_model^-0.5 x {recipe.lr:g}"),
                      "label_smoothing": recipe.label_smoothing, "weight_decay": recipe.weight_decay,

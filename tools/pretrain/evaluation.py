@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from lib import checkpoints
 from lib.data import mlm
-from tools.pretrain import translation
+from tools.pretrain import tasks, translation
 from tools.pretrain.corpora import masked_logits
 
 DTYPE_TOLERANCE = 1e-3      # nats: a stored dtype may change the held-out loss by at most this much
@@ -25,6 +25,10 @@ def heldout_loss(model, batches: list, kind: str, other_input: bool = False) -> 
     """Mean loss per predicted token over the fixed held-out batches (float32, eval mode). With
     ``other_input`` (encoder-decoder kinds), each target is scored after the input of the batch's next
     example (the inputs rolled by one)."""
+    if kind == tasks.KIND:
+        if other_input:
+            raise ValueError(f"other_input is not measured for {kind}")
+        return tasks.heldout_loss(model, batches)
     if kind in translation.PAIR_KINDS:
         if other_input:
             raise ValueError(f"other_input is not measured for {kind}")

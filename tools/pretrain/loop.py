@@ -18,7 +18,7 @@ import torch
 
 from lib import checkpoints, device, train
 from lib.train.checkpoint import read_checkpoint
-from tools.pretrain import card, characters, translation
+from tools.pretrain import card, characters, tasks, translation
 from tools.pretrain.card import _read_json, _write_json, git_commit
 from tools.pretrain.corpora import STEP_FNS, make_dataset, prepare
 from tools.pretrain.evaluation import ENCODER_DECODER_KINDS, heldout_loss
@@ -28,6 +28,8 @@ from tools.pretrain.recipes import OPTIMIZERS, Recipe, token_label
 def build_training(recipe: Recipe, data_folder: Path) -> tuple:
     """From the prepared data: (tokenizer, the training loader, the fixed held-out batches, the model
     initialised from the recipe's seed)."""
+    if recipe.kind == tasks.KIND:
+        return tasks.build_training(recipe, data_folder)
     if recipe.unit == "pairs":
         return translation.build_training(recipe, data_folder)
     if recipe.tokenizer == "characters":
@@ -152,6 +154,7 @@ def train_run(run: Run, minutes: float | None, say: Callable[[str], None] = prin
     warmup = max(1, round(recipe.warmup * run.steps))
     scheduler = (train.warmup_cosine(optimizer, warmup_steps=warmup, total_steps=max(run.steps, 2),
                                      min_ratio=recipe.min_lr_ratio) if recipe.schedule == "cosine" else
+                 torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0) if recipe.schedule == "constant" else
                  train.transformer_schedule(optimizer, d_model=model.cfg.d_model, warmup_steps=warmup))
     eval_every = max(1, round(recipe.eval_every_tokens / recipe.tokens_per_step))
     log_every = max(1, round(recipe.log_every_tokens / recipe.tokens_per_step))
@@ -166,7 +169,7 @@ def train_run(run: Run, minutes: float | None, say: Callable[[str], None] = prin
     started = time.perf_counter()
     snapshot_steps = run.snapshot_steps()
     history = None
-    step_fn = (translation.step_fn(recipe) if recipe.unit == "pairs" else
+    step_fn = (tasks.step if recipe.kind == tasks.KIND else translation.step_fn(recipe) if recipe.unit == "pairs" else
                characters.step_fn(recipe) if recipe.tokenizer == "characters" else STEP_FNS[recipe.kind])
 
     def evaluate(m):

@@ -11,7 +11,7 @@ from typing import Any, Callable
 import torch
 
 from lib.models.t5 import COURSE_SENTINELS
-from tools.pretrain import characters, translation
+from tools.pretrain import characters, tasks, translation
 
 T5_SENTINELS = COURSE_SENTINELS   # t5-span: <extra_id_0> is the model's last id, <extra_id_31> the 32nd from the end
 
@@ -36,8 +36,9 @@ OPTIMIZERS: dict[str, Callable] = {
 }
 #: learning-rate schedules: "cosine" (linear warm-up over ``warmup`` of the steps, then cosine to
 #: ``min_lr_ratio`` x lr) or "inverse-sqrt" (the Transformer paper's, warm-up over ``warmup`` of the steps,
-#: then 1/sqrt(step), scaled by d_model^-0.5 and by lr: chapter 4's chatbot)
-SCHEDULES = ("cosine", "inverse-sqrt")
+#: then 1/sqrt(step), scaled by d_model^-0.5 and by lr: chapter 4's chatbot) or "constant" (T5's fine-tuning:
+#: Adafactor's relative step is its own schedule, min(lr, 1/sqrt(step)); chapter 11's task models)
+SCHEDULES = ("cosine", "inverse-sqrt", "constant")
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,7 @@ class Recipe:
     init_weights: bool = True
     validation: float = 0.0         # pair family: the share of the training questions held out as a validation
                                     # split, on which the run's held-out loss is read (the test pairs never are)
+    tasks: tuple = ()               # t5-task: the text-to-text tasks it trains on (lib.data.text2text.TASKS)
     keep_best: bool = False         # the checkpoint is the weights at the evaluation with the lowest held-out
                                     # (validation) loss: early stopping
     seed: int = 0
@@ -110,7 +112,14 @@ class Recipe:
         if not 0.0 <= self.validation < 0.5:
             raise ValueError(f"recipe {self.name}: validation is a share of the training questions in [0, 0.5), "
                              f"got {self.validation!r}")
-        if self.keep_best and not self.validation:
+        if (self.kind == tasks.KIND) != bool(self.tasks) or (self.kind == tasks.KIND) != (self.corpus == tasks.CORPUS):
+            raise ValueError(f"recipe {self.name}: a {tasks.KIND} model reads corpus {tasks.CORPUS!r} and names its "
+                             "tasks, and only it does")
+        if self.tasks and (len(set(self.tasks)) != len(self.tasks) or
+                           not set(self.tasks) <= set(tasks.text2text.TASKS) or self.tokens % len(self.tasks)):
+            raise ValueError(f"recipe {self.name}: tasks must be distinct names of {tasks.text2text.TASKS}, and "
+                             f"the budget a multiple of their number; got {self.tasks!r} and {self.tokens}")
+        if self.keep_best and not (self.validation or self.corpus == tasks.CORPUS):
             raise ValueError(f"recipe {self.name}: keep_best chooses the weights on a validation split "
                              "(validation > 0), never on the test pairs")
         if (self.unit == "pairs") != (self.kind in translation.PAIR_KINDS):
@@ -239,6 +248,29 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in [
              tokens=CHAT_STEPS * 64, eval_every_tokens=100 * 64, log_every_tokens=20 * 64, heldout_sequences=1_000,
              validation=0.05, keep_best=True, seed=seed)
       for init in (True, False) for seed in (0, 1, 2)],
+    # Chapter 11's T5 task models: t5-mix fine-tuned on the three text-to-text tasks together (the
+    # multi-task model, 900 steps of 32 examples, the tasks in turn), on each task alone (300 steps: the
+    # same 9,600 examples of its task), and the multi-task model's twin from random weights; Adafactor at a
+    # constant relative step, no dropout (the page's settings). Each model's rate is the one the page's
+    # full run chose on the validation rows (commit a13ffe5; mean validation loss at 1e-2 against 1e-3:
+    # multi-task 2.232 against 2.536, translate 3.025 against 3.595, sentiment 0.143 against 0.136, chat
+    # 3.511 against 3.929, from random weights 2.432 against 3.352). Every run keeps the weights of its
+    # lowest validation loss (evaluated every 50 steps). Seeds 1 and 2 draw another order of each task's
+    # examples (the pretrained checkpoint is shared).
+    *[Recipe(f"t5-{arm}{'' if seed == 0 else f'-seed{seed}'}", "t5-task",
+             f"T5 ({'t5-mix fine-tuned' if init else 't5-mix network and tokenizer from random weights'}) on "
+             f"{'the three tasks together' if len(arm_tasks) > 1 else 'the ' + arm_tasks[0] + ' task alone'}"
+             f"{'' if seed == 0 else f', seed {seed}'} (chapter 11)", corpus="t5-tasks", init_from="t5-mix",
+             init_weights=init, tasks=arm_tasks, model=dict(dropout=0.0), unit="pairs", seq_len=48, batch_size=32,
+             optimizer="adafactor", lr=lr, weight_decay=0.0, schedule="constant", warmup=0.0,
+             tokens=300 * 32 * len(arm_tasks), eval_every_tokens=50 * 32, log_every_tokens=10 * 32,
+             heldout_sequences=500, keep_best=True, seed=seed)
+      for arm, arm_tasks, init, lr in (("multitask", ("translate", "sentiment", "chat"), True, 1e-2),
+                                       ("translate", ("translate",), True, 1e-2),
+                                       ("sentiment", ("sentiment",), True, 1e-3),
+                                       ("chat", ("chat",), True, 1e-2),
+                                       ("multitask-scratch", ("translate", "sentiment", "chat"), False, 1e-2))
+      for seed in (0, 1, 2)],
     # Chapter 12's character models of Tiny Shakespeare: a dense GPT (4 layers x 128) and its Switch twin
     # (8 experts in every other block, capacity factor 1.25, balance loss 0.01), and the twin without the
     # balance loss; the same data order for all (a seed's): 4,800 steps of 12 windows of 64 characters
@@ -320,6 +352,11 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in [
            corpus="chatbot-ko", init_from="bart-ko", model=dict(dropout=0.1), unit="pairs", seq_len=40, batch_size=8,
            optimizer="adamw-beta2-0.98", lr=5e-4, tokens=8 * 12, eval_every_tokens=8 * 4, log_every_tokens=8,
            heldout_sequences=16, validation=0.05, keep_best=True),
+    Recipe("t5-task-tiny", "t5-task", "test recipe: chapter 11's task models, a few steps from t5-mix",
+           corpus="t5-tasks", init_from="t5-mix", tasks=("translate", "sentiment", "chat"), model=dict(dropout=0.0),
+           unit="pairs", seq_len=48, batch_size=6, optimizer="adafactor", lr=1e-2, weight_decay=0.0,
+           schedule="constant", warmup=0.0, tokens=6 * 4, eval_every_tokens=6 * 2, log_every_tokens=6,
+           heldout_sequences=8, keep_best=True),
     Recipe("switch-shakespeare-tiny", "switch-gpt", "test recipe: the character family's code at toy size",
            corpus="tinyshakespeare", tokenizer="characters",
            model=dict(n_layer=2, n_head=2, n_embd=16, num_experts=4, capacity_factor=1.25), seq_len=16, batch_size=4,

@@ -42,9 +42,9 @@ from lib import checkpoints, train
 from lib.io import sha256 as file_sha256
 
 #: checkpoint kinds this family trains (lib.checkpoints.MODEL_KINDS keys)
-PAIR_KINDS = frozenset({"seq2seq", "transformer", "bart-chat"})
+PAIR_KINDS = frozenset({"seq2seq", "transformer", "bart-chat", "t5-task"})
 #: kinds whose network, tokenizer and (unless init_weights is False) weights come from a registered checkpoint
-INIT_KINDS = frozenset({"bart-chat"})
+INIT_KINDS = frozenset({"bart-chat", "t5-task"})
 VALIDATION_SEED = 1      # the validation split of the training questions: the same for every arm and seed
 TARGET_TOKENIZER = "target_tokenizer.json"
 

@@ -575,3 +575,117 @@ def test_only_a_pair_recipe_starts_from_a_checkpoint_and_keeps_its_best_on_valid
         dataclasses.replace(base, validation=0.7)
     with pytest.raises(ValueError, match="for the pair family"):
         dataclasses.replace(pretrain.RECIPES["ko-bert-tiny"], validation=0.1)
+
+
+def test_the_t5_task_models_read_chapter_11s_stream_from_t5_mix_and_never_a_test_item(data_mirror, tmp_path):
+    from lib.data import text2text
+    from lib.io import sha256 as file_sha256
+    from tools.pretrain import tasks
+    recipe = pretrain.RECIPES["t5-task-tiny"]
+    result = run_pairs(tmp_path, "t5-task-tiny")
+    card, folder = result["card"], tmp_path / "scratch" / "t5-task-tiny" / "data"
+    d = tasks.task_data()
+    # no test sentence, review (the NSMC split's: by review id) or question on the training or the
+    # validation side; the validation split takes whole sentences, texts and questions
+    test_keys = {"translate": set(d.mt_test), "sentiment": {r["review_id"] for r in d.sentiment_test},
+                 "chat": {r["q"] for r in d.chat_test}}
+    key = {"translate": lambda r: r["en"], "sentiment": lambda r: r["review_id"], "chat": lambda r: r["q"]}
+    split_key = {**key, "sentiment": lambda r: r["text"]}
+    for task in text2text.TASKS:
+        train_keys, val_keys = ({key[task](r) for r in rows} for rows in (d.train[task], d.validation[task]))
+        assert not test_keys[task] & (train_keys | val_keys), task
+        assert not {split_key[task](r) for r in d.train[task]} & {split_key[task](r) for r in d.validation[task]}
+        assert len({split_key[task](r) for r in d.validation[task]}) == text2text.SIZES["val_per_task"]
+    # t5-mix's tokenizer (the same file) and, at step 0, its weights; the scratch twin from random ones
+    assert file_sha256(checkpoints.path("t5-task-tiny", "tokenizer", tmp_path / "out")) == \
+        checkpoints.info("t5-mix").files["tokenizer"].sha256
+    start = tasks.build_training(recipe, folder)[3]
+    t5_mix = checkpoints.load("t5-mix").model
+    assert all(torch.equal(a, b) for a, b in zip(start.state_dict().values(), t5_mix.state_dict().values()))
+    scratch = tasks.build_training(dataclasses.replace(recipe, init_weights=False), folder)[3]
+    assert not torch.equal(scratch.shared.weight, t5_mix.shared.weight)
+    # the multi-task stream takes the tasks in turn; a single-task stream is the same examples of its task
+    loader = tasks.build_training(recipe, folder)[1]
+    encode = text2text.Encoder(checkpoints.load("t5-mix").tokenizer)
+    stream = loader.dataset
+    assert len(stream) == recipe.tokens and [stream[i][0][:3] for i in range(3)] == \
+        [encode(t, {"en": "x", "other": "", "text": "x", "label": 0, "q": "x", "a": ""})[0][:3] for t in text2text.TASKS]
+    alone = text2text.task_stream(d.train, ("sentiment",), recipe.tokens // 3, recipe.seed, encode)
+    assert alone == stream[1::3]
+    first = d.train["sentiment"][torch.randperm(len(d.train["sentiment"]), generator=torch.Generator().manual_seed(
+        text2text.stream_seed("sentiment", 0)))[0].item()]
+    assert alone[0] == encode("sentiment", first)
+    # the validation loss is the mean of the tasks' own losses, and the kept step is the curve's lowest
+    heldout = result["heldout"]
+    assert {t for t, _ in heldout} == set(text2text.TASKS)
+    ckpt = checkpoints.load("t5-task-tiny", root=tmp_path / "out")
+    per_task = [tasks.heldout_loss(ckpt.model, [b for b in heldout if b[0] == t]) for t in text2text.TASKS]
+    assert pretrain.heldout_loss(ckpt.model, heldout, "t5-task") == pytest.approx(sum(per_task) / 3, abs=1e-6)
+    curve = card["heldout"]["curve"]
+    assert card["training"]["kept"]["step"] == min(curve, key=lambda c: c["heldout_loss"])["step"]
+    assert card["data"]["counts"]["examples_per_task"] == recipe.tokens // 3
+
+
+def test_a_t5_task_recipe_names_its_tasks_and_reads_their_corpus():
+    base = pretrain.RECIPES["t5-task-tiny"]
+    with pytest.raises(ValueError, match="names its tasks"):
+        dataclasses.replace(base, tasks=())
+    with pytest.raises(ValueError, match="distinct names"):
+        dataclasses.replace(base, tasks=("translate", "translate", "chat"))
+    with pytest.raises(ValueError, match="a multiple of their number"):
+        dataclasses.replace(base, tokens=25)
+    with pytest.raises(ValueError, match="names its tasks"):
+        dataclasses.replace(pretrain.RECIPES["chatbot-bart-tiny"], tasks=("chat",))
+
+
+def test_restore_stores_a_pair_checkpoint_smaller_only_when_its_held_out_loss_holds(data_mirror, tmp_path,
+                                                                                    monkeypatch):
+    from tools.pretrain import card as card_module, restore
+    monkeypatch.setattr(card_module, "storage_dtype", lambda losses: "float16")     # trained as before int8
+    run_pairs(tmp_path, "s2s-attention-tiny")
+    monkeypatch.undo()
+    root = tmp_path / "out"
+    before = checkpoints.info("s2s-attention-tiny", root)
+    trained = json.loads((root / "s2s-attention-tiny" / "card.json").read_text())
+    assert trained["heldout"]["stored_dtype"] == "float16"
+    float16 = checkpoints.load("s2s-attention-tiny", root=root).model.state_dict()
+    assert restore.restore("s2s-attention-tiny", root) == "int8"
+    after = checkpoints.info("s2s-attention-tiny", root)
+    card = json.loads((root / "s2s-attention-tiny" / "card.json").read_text())
+    assert after.files["weights"].size < before.files["weights"].size and card["heldout"]["stored_dtype"] == "int8"
+    assert card["restored"]["from"] == "float16" and "Stored again" in (root / "s2s-attention-tiny" / "card.md").read_text()
+    ckpt = checkpoints.load("s2s-attention-tiny", root=root)          # the registry's checksums match the files
+    for k, v in ckpt.model.state_dict().items():
+        assert torch.allclose(v, float16[k], atol=0.02), k
+    batches = restore._heldout("s2s-attention-tiny", root)
+    loss = pretrain.heldout_loss(ckpt.model, batches, "seq2seq")
+    assert abs(loss - trained["heldout"]["by_stored_dtype"]["float32"]) <= pretrain.DTYPE_TOLERANCE
+    assert restore.restore("s2s-attention-tiny", root) == "int8"      # nothing smaller: left alone
+    assert checkpoints.info("s2s-attention-tiny", root) == after
+    # a card whose trained loss the weights do not reproduce: refused, nothing written
+    monkeypatch.setattr(restore, "rounded_losses", lambda *a: {d: 9.0 for d in pretrain.DTYPES})
+    with pytest.raises(SystemExit, match="no dtype keeps its held-out loss"):
+        restore.restore("s2s-attention-tiny", root)
+    assert checkpoints.info("s2s-attention-tiny", root) == after
+    with pytest.raises(SystemExit, match="only the sentence-pair family"):
+        restore._heldout("t5-mix", checkpoints.CHECKPOINT_DIR)
+
+
+def test_a_checkpoint_started_from_another_shares_its_tokenizer_file(data_mirror, tmp_path):
+    import shutil
+    from tools.pretrain import restore
+    root = tmp_path / "out"
+    run_pairs(tmp_path, "chatbot-bart-tiny")                 # bart-ko is not in this folder: a copy
+    copy = root / "chatbot-bart-tiny" / "tokenizer.json"
+    assert checkpoints.info("chatbot-bart-tiny", root).files["tokenizer"].path == "chatbot-bart-tiny/tokenizer.json"
+    shutil.copytree(checkpoints.CHECKPOINT_DIR / "bart-ko", root / "bart-ko")
+    checkpoints.register(checkpoints.info("bart-ko"), root)
+    size = copy.stat().st_size
+    assert restore.share_tokenizers(root) == size and not copy.exists()
+    assert checkpoints.info("chatbot-bart-tiny", root).files["tokenizer"].path == "bart-ko/tokenizer.json"
+    assert checkpoints.load("chatbot-bart-tiny", root=root).tokenizer.encode("영화 볼래") == \
+        checkpoints.load("bart-ko").tokenizer.encode("영화 볼래")
+    # trained into a folder that holds bart-ko: no copy is made at all
+    pretrain.main(["chatbot-bart-tiny", "--out", str(root), "--scratch", str(tmp_path / "scratch"), "--fresh"])
+    assert checkpoints.info("chatbot-bart-tiny", root).files["tokenizer"].path == "bart-ko/tokenizer.json"
+    assert not copy.exists()

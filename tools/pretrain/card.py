@@ -39,7 +39,13 @@ def _copy_tokenizer(run: Run, file: str = "tokenizer.json") -> str:
 
 
 def _tokenizer_files(run: Run) -> dict:
-    """The registry entries of a checkpoint's vocabularies: its tokenizer, and a translation model's target side."""
+    """The registry entries of a checkpoint's vocabularies: its tokenizer, and a translation model's target side.
+    A run that started from a checkpoint registered in the same folder (``init_from``) with the same tokenizer
+    file registers that file, not a copy."""
+    source = checkpoints.registry(run.out).get(run.recipe.init_from) if run.recipe.init_from else None
+    prepared = file_sha256(run.scratch / "data" / "tokenizer.json")
+    if source is not None and "tokenizer" in source.files and source.files["tokenizer"].sha256 == prepared:
+        return {"tokenizer": source.files["tokenizer"]}
     files = {"tokenizer": checkpoints.file_entry(run.out, _copy_tokenizer(run))}
     if (run.scratch / "data" / translation.TARGET_TOKENIZER).is_file():
         files["target_tokenizer"] = checkpoints.file_entry(run.out, _copy_tokenizer(run, translation.TARGET_TOKENIZER))
@@ -209,6 +215,9 @@ def card_markdown(card: dict) -> str:
              + f" (a dtype is used when within {h['tolerance_nats']:g} nats).",
              "- **Commit**: " + ", ".join(f"`{c}`" for c in card.get("commits", [card["commit"]]))
              + (" (with uncommitted changes)" if card["uncommitted_changes"] else ""),
+             *([f"- **Stored again** ({card['restored']['date']}, `python -m tools.pretrain.restore`, commit "
+                f"`{card['restored']['commit']}`): from {card['restored']['from']} to {card['restored']['to']}, held-out "
+                f"loss {card['restored']['losses'][card['restored']['to']]:.4f}."] if "restored" in card else []),
              f"- **Rebuild**: `{card['command']}`", ""]
     # encoder-decoder kinds: the held-out targets also after another example's input (does it read it?)
     other = bool(h["curve"]) and all("heldout_loss_other_input" in c for c in h["curve"])

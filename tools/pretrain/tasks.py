@@ -81,8 +81,9 @@ def collate(pad_id: int):
     return fn
 
 
-def build_training(recipe, folder: Path) -> tuple:
-    """(tokenizer, the training loader, the held-out batches as ``(task, batch)``, the model)."""
+def build_training(recipe, folder: Path, init: bool = True) -> tuple:
+    """(tokenizer, the training loader, the held-out batches as ``(task, batch)``, the model); ``init``
+    False: the model stays at its random weights whatever the recipe (only the data is wanted)."""
     from lib.text import load_vocabulary
     tok = load_vocabulary(folder / "tokenizer.json")
     d = task_data()
@@ -96,7 +97,7 @@ def build_training(recipe, folder: Path) -> tuple:
         heldout += [(task, fn(examples[i:i + 100])) for i in range(0, len(examples), 100)]
     torch.manual_seed(recipe.seed)
     model = checkpoints.build_model(KIND, {**checkpoints.info(recipe.init_from).config, **recipe.model})
-    if recipe.init_weights:
+    if recipe.init_weights and init:
         start = checkpoints.load(recipe.init_from)
         prepared = json.loads((folder / "data.json").read_text())["init_from"]["weights_sha256"]
         if prepared != start.info.files["weights"].sha256:

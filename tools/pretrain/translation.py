@@ -181,8 +181,9 @@ def encode(recipe, pairs: list, src_vocab, tgt_vocab) -> list[tuple[list[int], l
     return [(s, t) for s, t in ids if len(s) <= recipe.seq_len and len(t) + 1 <= recipe.seq_len]
 
 
-def build_training(recipe, folder: Path) -> tuple:
-    """(source vocabulary, the training loader, the fixed held-out batches, the model from the seed)."""
+def build_training(recipe, folder: Path, init: bool = True) -> tuple:
+    """(source vocabulary, the training loader, the fixed held-out batches, the model from the seed);
+    ``init`` False: the model stays at its random weights whatever the recipe (only the data is wanted)."""
     from lib.text import collate_pairs
     src, tgt = load_vocabularies(folder)
     pairs = split(recipe)
@@ -194,7 +195,7 @@ def build_training(recipe, folder: Path) -> tuple:
     loader = torch.utils.data.DataLoader(ids, batch_sampler=sampler, collate_fn=collate)
     torch.manual_seed(recipe.seed)
     model = checkpoints.build_model(recipe.kind, model_config(recipe, src, tgt))
-    if recipe.init_from is not None and recipe.init_weights:
+    if recipe.init_from is not None and recipe.init_weights and init:
         start = checkpoints.load(recipe.init_from)
         if _prepared_init_sha(folder) != start.info.files["weights"].sha256:
             raise SystemExit(f"{folder} was prepared from other weights of {recipe.init_from} than the registered "

@@ -1,0 +1,145 @@
+"""Store registered checkpoints again, smaller, without training them again.
+
+::
+
+    python -m tools.pretrain.restore chatbot-ko s2s-attention-fra-eng   # each in the smallest dtype that holds
+    python -m tools.pretrain.restore --share-tokenizers                 # one tokenizer file per family
+
+``NAME ...``: the checkpoint's weights are read back (float32), its recipe's held-out batches are built
+again, and the weights are rounded to every storage dtype (``evaluation.DTYPES``; int8 with a scale per
+``lib.checkpoints.INT8_GROUP`` values). The smallest dtype whose held-out loss is within
+``DTYPE_TOLERANCE`` of the card's float32 loss (measured when it was trained) is written, atomically,
+with the card (``restored``: from which dtype, the losses, the commit) and the registry entry updated.
+A checkpoint already in that dtype is left alone; a recipe whose held-out data cannot be rebuilt
+without its prepared corpus (the language-model family) is refused with the reason. Only the
+sentence-pair family (chapters 1, 3, 4, 10 and 11) qualifies: its held-out batches need the split and
+the shipped vocabularies only.
+
+``--share-tokenizers``: a checkpoint that started from another (``init_from``) and ships the same
+tokenizer file (the same SHA-256) registers that checkpoint's file instead of its own copy, which is
+deleted. Nothing a page reads changes: the same bytes, one copy.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from lib import checkpoints, device
+from lib.io import atomic_write
+from tools.pretrain import tasks, translation
+from tools.pretrain.card import _write_json, card_markdown, git_commit
+from tools.pretrain.evaluation import DTYPE_TOLERANCE, DTYPES, rounded_losses
+from tools.pretrain.recipes import RECIPES
+
+
+def _heldout(name: str, root: Path) -> list:
+    """The held-out batches of the recipe that trained checkpoint ``name``, rebuilt from its split and
+    its shipped vocabularies."""
+    recipe = RECIPES.get(name)
+    if recipe is None:
+        raise SystemExit(f"{name}: no recipe of that name, so its held-out data cannot be rebuilt")
+    if recipe.unit != "pairs":
+        raise SystemExit(f"{name}: a {recipe.kind} checkpoint's held-out data is its prepared corpus (train it again "
+                         "with tools.pretrain to store it otherwise); only the sentence-pair family can be re-stored")
+    info = checkpoints.info(name, root)
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        shutil.copy(checkpoints.path(name, "tokenizer", root), folder / "tokenizer.json")
+        if "target_tokenizer" in info.files:
+            shutil.copy(checkpoints.path(name, "target_tokenizer", root), folder / translation.TARGET_TOKENIZER)
+        if recipe.kind == tasks.KIND:
+            return tasks.build_training(recipe, folder, init=False)[2]
+        return translation.build_training(recipe, folder, init=False)[2]
+
+
+def restore(name: str, root: Path, say=print) -> str:
+    """Store checkpoint ``name`` in the smallest dtype that keeps its held-out loss; returns that dtype."""
+    info = checkpoints.info(name, root)
+    card_file = root / name / "card.json"
+    card = json.loads(card_file.read_text())
+    reference = card["heldout"]["by_stored_dtype"]["float32"]
+    current = card["heldout"]["stored_dtype"]
+    model = checkpoints.load(name, root=root).model.float()
+    losses = rounded_losses(model, _heldout(name, root), info.kind)
+    sizes = {d: checkpoints.stored_bytes(model, DTYPES[d]) for d in DTYPES}
+    fits = [d for d in DTYPES if abs(losses[d] - reference) <= DTYPE_TOLERANCE]
+    if not fits:
+        raise SystemExit(f"{name}: no dtype keeps its held-out loss within {DTYPE_TOLERANCE} nats of the trained "
+                         f"float32 weights' {reference:.4f} ({losses}): is this the recipe that trained it?")
+    dtype = min(fits, key=lambda d: sizes[d])
+    if sizes[dtype] >= sizes[current]:
+        say(f"{name}: stays in {current} (held-out loss {losses[current]:.4f})")
+        return current
+    weights = root / info.files["weights"].path
+    _, meta = checkpoints.read_weights(weights)
+    meta.update(stored_dtype=dtype, heldout_loss={**meta.get("heldout_loss", {}), **losses})
+    checkpoints.save_weights(model, weights, DTYPES[dtype], meta)
+    card["heldout"].update(stored_dtype=dtype, by_stored_dtype={**card["heldout"]["by_stored_dtype"],
+                                                                dtype: losses[dtype]})
+    card["restored"] = {"from": current, "to": dtype, "losses": {d: round(v, 6) for d, v in losses.items()},
+                        "date": time.strftime("%Y-%m-%d", time.gmtime()), **git_commit()}
+    _write_json(card_file, card)
+    with atomic_write(root / name / "card.md", "w", encoding="utf-8") as f:
+        f.write(card_markdown(card))
+    files = {**info.files, "weights": checkpoints.file_entry(root, info.files["weights"].path)}
+    for key in ("card", "card_md"):
+        if key in files:
+            files[key] = checkpoints.file_entry(root, files[key].path)
+    checkpoints.register(checkpoints.CheckpointInfo(name=info.name, kind=info.kind, config=info.config, files=files,
+                                                    command=info.command, description=info.description), root)
+    say(f"{name}: {current} -> {dtype} ({sizes[current] / 1e6:.1f} -> {files['weights'].size / 1e6:.1f} MB), held-out "
+        f"loss {losses[dtype]:.4f} against {reference:.4f} trained")
+    return dtype
+
+
+def share_tokenizers(root: Path, say=print) -> int:
+    """Point every checkpoint that ships its ``init_from`` checkpoint's tokenizer (the same SHA-256) at
+    that file, and delete the copy; returns the bytes saved."""
+    saved = 0
+    registry = checkpoints.registry(root)
+    for name, info in registry.items():
+        card_file = root / name / "card.json"
+        if "@" in name or not card_file.is_file():
+            continue
+        source = json.loads(card_file.read_text()).get("data", {}).get("init_from", {}).get("name")
+        if source not in registry or "tokenizer" not in info.files:
+            continue
+        ours, theirs = info.files["tokenizer"], registry[source].files["tokenizer"]
+        if ours.path == theirs.path or ours.sha256 != theirs.sha256:
+            continue
+        checkpoints.register(checkpoints.CheckpointInfo(name=info.name, kind=info.kind, config=info.config,
+                                                        files={**info.files, "tokenizer": theirs},
+                                                        command=info.command, description=info.description), root)
+        if not any(f.path == ours.path for n, e in checkpoints.registry(root).items() for f in e.files.values()):
+            (root / ours.path).unlink(missing_ok=True)
+            saved += ours.size
+        say(f"{name}: tokenizer -> {theirs.path} (the same file as {source}'s)")
+    return saved
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m tools.pretrain.restore", description=__doc__.split("\n\n")[0])
+    ap.add_argument("names", nargs="*", help="registered checkpoints to store again in the smallest dtype that holds")
+    ap.add_argument("--share-tokenizers", action="store_true",
+                    help="one tokenizer file for a checkpoint and those that started from it")
+    ap.add_argument("--root", type=Path, default=checkpoints.CHECKPOINT_DIR, help="the checkpoint folder")
+    args = ap.parse_args(argv)
+    if not args.names and not args.share_tokenizers:
+        ap.error("name checkpoints to re-store, or --share-tokenizers")
+    device.setup(seed=0)
+    root = args.root.resolve()
+    for name in args.names:
+        restore(name, root)
+    if args.share_tokenizers:
+        print(f"{share_tokenizers(root) / 1e6:.2f} MB of duplicate tokenizers removed")
+    print(f"{root}: {checkpoints.total_size(checkpoints.registry(root)) / 1e6:.1f} MB of "
+          f"{checkpoints.BUDGET_BYTES / 1e6:.0f} MB")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

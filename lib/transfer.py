@@ -263,16 +263,22 @@ def grid_difference(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]]) 
     by_item = [sum(diff[s][i] for s in range(seeds)) / seeds for i in range(items)]
     mean = sum(by_seed) / seeds
     _, se_items = mean_se(by_item)
-    if seeds == 1:
-        se, df = se_items, items - 1
-    else:
-        _, se_seeds = mean_se(by_seed)
-        se = math.sqrt(se_seeds ** 2 + se_items ** 2)
-        parts = [(se_seeds ** 2, seeds - 1), (se_items ** 2, items - 1)]
-        df = se ** 4 / sum(v ** 2 / k for v, k in parts) if se > 0 else seeds - 1
-        df = max(df, seeds - 1)
+    se, df = combine_noise(mean_se(by_seed)[1] if seeds > 1 else None, seeds, se_items, items)
     return {"a": sum(map(sum, a)) / (seeds * items), "b": sum(map(sum, b)) / (seeds * items), "mean": mean,
             "se": se, "n": seeds, "items": items, "df": df, "by_seed": by_seed}
+
+
+def combine_noise(se_seeds: float | None, seeds: int, se_items: float, items: int) -> tuple[float, float]:
+    """``(se, df)`` of a difference averaged over seeds and test items: the two standard errors added in
+    quadrature (the seeds' spread of their mean differences, and the items' noise of the seed-averaged
+    difference), and the Welch-Satterthwaite degrees of freedom of that sum, at least ``seeds - 1``. One
+    seed (``se_seeds`` None): the items' standard error and ``items - 1``."""
+    if seeds == 1 or se_seeds is None:
+        return se_items, items - 1
+    se = math.sqrt(se_seeds ** 2 + se_items ** 2)
+    parts = [(se_seeds ** 2, seeds - 1), (se_items ** 2, items - 1)]
+    df = se ** 4 / sum(v ** 2 / k for v, k in parts) if se > 0 else seeds - 1
+    return se, max(df, seeds - 1)
 
 
 def item_sentence(d: Mapping[str, float], name_a: str, name_b: str, what: str, unit: str = "percent",
@@ -317,6 +323,34 @@ def item_sentence(d: Mapping[str, float], name_a: str, name_b: str, what: str, u
     if se == 0 or abs(mean) > critical_value(n) * se:
         return f"{head}: {name_a} is clearly {'ahead' if ahead > 0 else 'behind'}."
     return f"{head}: not distinguishable from the noise."
+
+
+def outcome(d: Mapping[str, float], unit: str = "percent") -> str:
+    """``"ahead"``, ``"behind"`` or ``"level"``: model a against model b in a difference of
+    :func:`item_difference`, :func:`grid_difference` or a paired BLEU, by the rule of
+    :func:`item_sentence` (the 95 % interval excludes zero); for ``unit="nats"`` a lower loss is ahead."""
+    mean, se = d["mean"], d["se"]
+    n = d["df"] + 1 if "df" in d else int(d["n"])
+    if se != se or (se == 0 and mean == 0) or (se > 0 and abs(mean) <= critical_value(n) * se):
+        return "level"
+    return "ahead" if (-mean if unit == "nats" else mean) > 0 else "behind"
+
+
+def difference_clause(d: Mapping[str, float], name_a: str, unit: str = "percent") -> str:
+    """A short reading of a difference for a sentence that states the two scores itself:
+    ``"+1.5 ± 0.3 BLEU, pretrained clearly ahead"``, ``"-0.1 ± 1.9 points, not distinguishable from the
+    noise"`` (units as :func:`item_sentence`)."""
+    if unit not in ("percent", "bleu", "nats"):
+        raise ValueError(f"unit must be 'percent', 'bleu' or 'nats', got {unit!r}")
+    mean, se = d["mean"], d["se"]
+    if unit == "percent":
+        diff = f"{_points(mean)} ± {100 * se:.1f} points"
+    elif unit == "bleu":
+        diff = f"{mean:+.1f} ± {se:.1f} BLEU"
+    else:
+        diff = f"{mean:+.3f} ± {se:.3f} nats"
+    result = outcome(d, unit)
+    return diff + (", not distinguishable from the noise" if result == "level" else f", {name_a} clearly {result}")
 
 
 def item_verdict(a: Sequence[float], b: Sequence[float], name_a: str, name_b: str, what: str,

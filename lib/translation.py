@@ -29,7 +29,8 @@ from lib.text import simple_tokenize
 from lib.validate import check_int
 
 __all__ = ["DEFAULT_BUCKETS", "TranslationSplit", "is_held_out", "split_pairs", "bucket_name",
-           "length_buckets", "heldout_sample", "corpus_bleu", "bleu_statistics", "bleu_from_statistics", "paired_bleu"]
+           "length_buckets", "heldout_sample", "corpus_bleu", "bleu_statistics", "bleu_from_statistics", "paired_bleu",
+           "paired_bleu_seeds"]
 
 #: Source-length buckets (in tokens, both ends included; ``None``: no upper end).
 DEFAULT_BUCKETS: tuple[tuple[int, int | None], ...] = ((1, 5), (6, 8), (9, 11), (12, 14), (15, None))
@@ -236,3 +237,37 @@ def paired_bleu(hyps_a: Sequence[Sequence[str]], hyps_b: Sequence[Sequence[str]]
         idx = torch.randint(len(sa), (len(sa),), generator=g)
         diffs.append(bleu_from_statistics(sa[idx]) - bleu_from_statistics(sb[idx]))
     return {"a": a, "b": b, "mean": a - b, "se": float(torch.tensor(diffs).std()), "n": len(sa)}
+
+
+def paired_bleu_seeds(hyps_a: Sequence[Sequence[Sequence[str]]], hyps_b: Sequence[Sequence[Sequence[str]]],
+                      references: Sequence[Sequence[str]], *, tokenize: Tokenize = simple_tokenize,
+                      samples: int = 1000, seed: int = 0) -> dict[str, float]:
+    """Two systems trained from the same seeds: ``hyps_a[s]`` and ``hyps_b[s]`` are the translations of
+    the same sentences by the runs of seed ``s``. ``{"a", "b"}``: their corpus BLEUs averaged over the
+    seeds; ``"mean"``: the mean difference; ``"se"``: its standard error from both sources of noise, the
+    seeds' spread of their differences and a paired bootstrap over the sentences of the seed-averaged
+    difference (``lib.transfer.combine_noise``, as ``grid_difference`` does for per-item scores);
+    ``"n"`` seeds, ``"items"`` sentences, ``"df"``, ``"by_seed"``. Reads like a ``grid_difference`` in
+    :func:`lib.transfer.item_sentence` (``unit="bleu"``)."""
+    from lib.transfer import combine_noise, mean_se
+    samples = check_int("samples", samples, 2)
+    if not hyps_a or len(hyps_a) != len(hyps_b):
+        raise ValueError(f"both systems need the same seeds: got {len(hyps_a)} and {len(hyps_b)}")
+    for hyps in (*hyps_a, *hyps_b):
+        if len(hyps) != len(references):
+            raise ValueError(f"every seed must translate the same sentences: got {len(hyps)} translations for "
+                             f"{len(references)} reference lists")
+        _check_bleu_inputs(hyps, references)
+    streams = _reference_streams(references, tokenize)
+    sa, sb = [_statistics(h, streams) for h in hyps_a], [_statistics(h, streams) for h in hyps_b]
+    bleu_a, bleu_b = [bleu_from_statistics(s) for s in sa], [bleu_from_statistics(s) for s in sb]
+    by_seed = [x - y for x, y in zip(bleu_a, bleu_b)]
+    g = torch.Generator().manual_seed(seed)
+    diffs = []
+    for _ in range(samples):
+        idx = torch.randint(len(references), (len(references),), generator=g)
+        diffs.append(sum(bleu_from_statistics(x[idx]) - bleu_from_statistics(y[idx]) for x, y in zip(sa, sb)) / len(sa))
+    se, df = combine_noise(mean_se(by_seed)[1] if len(sa) > 1 else None, len(sa),
+                           float(torch.tensor(diffs).std()), len(references))
+    return {"a": sum(bleu_a) / len(sa), "b": sum(bleu_b) / len(sb), "mean": sum(by_seed) / len(sa), "se": se,
+            "n": len(sa), "items": len(references), "df": df, "by_seed": by_seed}

@@ -16,6 +16,8 @@ training and the page scores exactly the split the checkpoints were trained on:
     with.
 ``Encoder(tokenizer)``: ``(input ids, target ids)`` of an example, each cut to ``MAX_SRC`` / ``MAX_TGT``
     tokens with the end token.
+``collate(pad_id)``: a batch of encoded examples as padded inputs and targets (-100 on the targets'
+    padding, which the loss ignores).
 ``task_stream(train, tasks, per_task, seed, encode)``: the examples a model trains on, in order:
     ``per_task`` examples of each task in a seeded order (the same order whatever the other tasks), and
     for several tasks their round-robin mixture, so every batch holds an equal share of each (the
@@ -32,7 +34,7 @@ import torch
 from lib.validate import check_int
 
 __all__ = ["TASKS", "LABELS", "SIZES", "MAX_SRC", "MAX_TGT", "to_text", "TaskData", "task_data", "Encoder",
-           "task_stream", "stream_seed"]
+           "task_stream", "stream_seed", "collate"]
 
 TASKS = ("translate", "sentiment", "chat")
 LABELS = ("negative", "positive")        # label 0, label 1: the words the decoder must spell
@@ -155,3 +157,16 @@ def task_stream(train: Mapping[str, Sequence], tasks: Sequence[str], per_task: i
         order = torch.randperm(len(rows), generator=torch.Generator().manual_seed(stream_seed(task, seed))).tolist()
         examples[task] = [encode(task, rows[order[i % len(rows)]]) for i in range(per_task)]
     return [examples[task][i] for i in range(per_task) for task in tasks]
+
+
+def collate(pad_id: int) -> Callable:
+    """``fn(batch)``: a list of ``(input ids, target ids)`` -> ``(inputs, labels)``, the inputs padded with
+    ``pad_id`` and the labels with -100 (ignored by the loss)."""
+    check_int("pad_id", pad_id, 0)
+
+    def fn(batch):
+        from lib.text import pad_batch
+        src, _ = pad_batch([s for s, _ in batch], pad_id=pad_id)
+        labels, lengths = pad_batch([t for _, t in batch], pad_id=pad_id)
+        return src, labels.masked_fill(torch.arange(labels.shape[1]) >= lengths[:, None], -100)
+    return fn

@@ -285,3 +285,23 @@ def test_grid_difference_adds_the_seeds_spread_to_the_items_noise():
         transfer.grid_difference([[1.0, 2.0]], [[1.0, 2.0], [1.0, 2.0]])
     with pytest.raises(ValueError, match="same items"):
         transfer.grid_difference([[1.0, 2.0], [1.0]], [[1.0, 2.0], [1.0]])
+
+
+def test_outcome_and_clause_read_a_difference_as_item_sentence_does():
+    steady = transfer.grid_difference([[0.9, 0.91, 0.92]] * 3, [[1.0, 1.01, 1.02]] * 3)
+    assert transfer.outcome(steady, "nats") == "ahead" and transfer.outcome(steady, "percent") == "behind"
+    assert transfer.difference_clause(steady, "A", "nats") == "-0.100 ± 0.000 nats, A clearly ahead"
+    shaky = transfer.grid_difference([[0.9, 0.91, 0.92], [1.1, 1.11, 1.12], [0.9, 0.91, 0.92]],
+                                     [[1.0, 1.01, 1.02]] * 3)
+    assert transfer.outcome(shaky, "nats") == "level"
+    assert transfer.difference_clause(shaky, "A", "nats").endswith("nats, not distinguishable from the noise")
+    for d, unit in ((steady, "nats"), (shaky, "nats"), (transfer.item_difference([1, 1, 0, 1], [0, 0, 0, 1]), "percent")):
+        verdict = transfer.item_sentence(d, "A", "B", "x", unit=unit)
+        word = transfer.outcome(d, unit)
+        assert (f"A is clearly {word}" in verdict) if word != "level" else verdict.endswith("from the noise.")
+    bleu = {"mean": 1.5, "se": 0.3, "n": 3, "items": 1000, "df": 2.5}
+    assert transfer.difference_clause(bleu, "pretrained", "bleu") == "+1.5 ± 0.3 BLEU, pretrained clearly ahead"
+    assert transfer.difference_clause({"mean": 0.02, "se": 0.015, "n": 300}, "A") == \
+        "+2.0 ± 1.5 points, not distinguishable from the noise"
+    with pytest.raises(ValueError, match="unit must be"):
+        transfer.difference_clause(bleu, "A", "words")

@@ -71,16 +71,6 @@ def prepare(recipe, folder: Path, fingerprint: dict) -> dict:
             "seconds": round(time.perf_counter() - start, 1)}
 
 
-def collate(pad_id: int):
-    """A batch of ``(input ids, target ids)``: padded inputs, and targets with -100 (ignored) on padding."""
-    def fn(batch):
-        from lib.text import pad_batch
-        src, _ = pad_batch([s for s, _ in batch], pad_id=pad_id)
-        labels, lengths = pad_batch([t for _, t in batch], pad_id=pad_id)
-        return src, labels.masked_fill(torch.arange(labels.shape[1]) >= lengths[:, None], -100)
-    return fn
-
-
 def build_training(recipe, folder: Path, init: bool = True) -> tuple:
     """(tokenizer, the training loader, the held-out batches as ``(task, batch)``, the model); ``init``
     False: the model stays at its random weights whatever the recipe (only the data is wanted)."""
@@ -89,7 +79,7 @@ def build_training(recipe, folder: Path, init: bool = True) -> tuple:
     d = task_data()
     encode = text2text.Encoder(tok)
     stream = text2text.task_stream(d.train, recipe.tasks, recipe.tokens // len(recipe.tasks), recipe.seed, encode)
-    fn = collate(tok.pad_id)
+    fn = text2text.collate(tok.pad_id)
     loader = train.make_loader(stream, batch_size=recipe.batch_size, shuffle=False, collate_fn=fn)
     heldout = []
     for task in recipe.tasks:

@@ -4,6 +4,7 @@ import zlib
 import pytest
 import sacrebleu
 
+from lib import transfer
 from lib import translation as tr
 
 
@@ -200,3 +201,28 @@ def test_paired_bleu_is_the_difference_with_a_bootstrap_standard_error():
     assert tr.paired_bleu(good * 4, bad * 4, refs * 4, samples=200)["se"] < d["se"]
     with pytest.raises(ValueError, match="the same sentences"):
         tr.paired_bleu(good, bad[:-1], refs)
+
+
+def test_paired_bleu_over_seeds_adds_the_seeds_spread_to_the_sentences_noise():
+    good = [["le", "chat", "est", "noir"], ["il", "pleut"], ["bonjour"], ["je", "suis", "ici", "."]] * 30
+    bad = [["le", "chien", "est", "noir"], ["il", "neige"], ["bonjour"], ["je", "suis", "là", "."]] * 30
+    worse = [["le", "chien", "est", "blanc"], ["il", "neige"], ["salut"], ["je", "suis", "là", "."]] * 30
+    refs = [["le chat est noir"], ["il pleut"], ["bonjour"], ["je suis ici ."]] * 30
+    # three seeds of a against three of b: the mean of the seeds' BLEUs and differences
+    d = tr.paired_bleu_seeds([good, good, bad], [bad, worse, worse], refs, samples=200)
+    bleu = {k: tr.corpus_bleu(h, refs) for k, h in (("good", good), ("bad", bad), ("worse", worse))}
+    assert d["a"] == pytest.approx((2 * bleu["good"] + bleu["bad"]) / 3)
+    assert d["by_seed"] == pytest.approx([bleu["good"] - bleu["bad"], bleu["good"] - bleu["worse"],
+                                          bleu["bad"] - bleu["worse"]])
+    assert d["mean"] == pytest.approx(sum(d["by_seed"]) / 3) and (d["n"], d["items"]) == (3, 120)
+    # the seeds' spread is part of the noise: larger than the sentences' bootstrap alone
+    seeds_se = transfer.mean_se(d["by_seed"])[1]
+    assert seeds_se < d["se"] < seeds_se + 5 and d["df"] >= 2
+    assert "3 seeds x 120 items" in transfer.item_sentence(d, "A", "B", "BLEU", unit="bleu")
+    # one seed: the paired bootstrap of paired_bleu, with the same resamples
+    one = tr.paired_bleu_seeds([good], [bad], refs, samples=200, seed=0)
+    assert one["se"] == pytest.approx(tr.paired_bleu(good, bad, refs, samples=200, seed=0)["se"])
+    with pytest.raises(ValueError, match="the same seeds"):
+        tr.paired_bleu_seeds([good, good], [bad], refs)
+    with pytest.raises(ValueError, match="the same sentences"):
+        tr.paired_bleu_seeds([good], [bad[:-1]], refs)

@@ -207,7 +207,7 @@ def test_every_repository_checkpoint_loads_with_its_tokenizer_and_card():
     for name in entries:
         ckpt = checkpoints.load(name)
         # a T5 model's vocabulary is its tokenizer's plus the sentinels, the last ids (tools.pretrain)
-        extra = COURSE_SENTINELS if ckpt.info.kind == "t5-span" else 0
+        extra = COURSE_SENTINELS if ckpt.info.kind in ("t5-span", "t5-task") else 0
         cfg = ckpt.info.config
         if "src_vocab_size" in cfg:     # an encoder-decoder on sentence pairs: a vocabulary per side, or one for both
             target = ckpt.target_tokenizer or ckpt.tokenizer

@@ -66,8 +66,9 @@ class Run:
 
     @property
     def settings(self) -> dict:
-        return {"recipe": dataclasses.asdict(self.recipe), "tokens": self.tokens, "snapshots": self.snapshots,
-                "steps": self.steps}
+        """As ``run.json`` holds them (JSON: a recipe's tuples read back as lists), so a resumed run compares equal."""
+        return json.loads(json.dumps({"recipe": dataclasses.asdict(self.recipe), "tokens": self.tokens,
+                                      "snapshots": self.snapshots, "steps": self.steps}))
 
     def snapshot_steps(self) -> dict[int, int]:
         return {math.ceil(t / self.recipe.tokens_per_step): t for t in self.snapshots if t < self.tokens}

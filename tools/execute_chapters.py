@@ -101,13 +101,26 @@ def default_jobs() -> int:
     return max(1, cores // device.default_cpu_threads())
 
 
+KERNEL_STARTS = 3      # a chapter's kernel is started at most this many times when it dies before the first cell
+
+
 def run_one(src: Path, out: Path) -> None:
     """Child process: execute ``src`` (cwd = its folder) and write the result to ``out``."""
     from jupyter_cache.executors.utils import single_nb_execution
 
-    nb = nbformat.read(src, as_version=4)
-    result = single_nb_execution(nb, cwd=str(src.parent), timeout=None, allow_errors=False,
-                                 meta_override=True, record_timing=True)
+    for attempt in range(KERNEL_STARTS):
+        nb = nbformat.read(src, as_version=4)
+        try:
+            result = single_nb_execution(nb, cwd=str(src.parent), timeout=None, allow_errors=False,
+                                         meta_override=True, record_timing=True)
+            break
+        except RuntimeError as e:    # the kernel died or did not answer before the first cell: start another
+            # (chapters started side by side each pick a free TCP port, then bind it: now and then both
+            # picked the same one and a kernel dies with "Address already in use")
+            if attempt == KERNEL_STARTS - 1 or any(c.get("outputs") for c in nb.cells if c.cell_type == "code"):
+                raise
+            print(f"[execute] {src.name}: the kernel did not start ({e}); starting another", file=sys.stderr, flush=True)
+            time.sleep(1 + attempt)
     if result.err is not None:
         print(result.exc_string, file=sys.stderr)
         sys.exit(1)

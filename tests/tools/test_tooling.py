@@ -412,3 +412,32 @@ def test_default_jobs_fill_the_cores_at_the_chapters_thread_count(monkeypatch):
     monkeypatch.setenv("COURSE_NOTEBOOK_JOBS", "two")
     with pytest.raises(SystemExit, match="COURSE_NOTEBOOK_JOBS='two'"):
         execute_chapters.default_jobs()
+
+
+def test_a_kernel_that_dies_before_the_first_cell_is_started_again(tmp_path, monkeypatch):
+    # two chapters started side by side can pick the same TCP port: the one whose kernel died before
+    # running anything gets another kernel; a failure after a cell ran is not retried
+    import jupyter_cache.executors.utils as utils
+    real, calls = utils.single_nb_execution, []
+
+    def flaky(nb, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("Kernel died before replying to kernel_info")
+        return real(nb, **kwargs)
+
+    monkeypatch.setattr(utils, "single_nb_execution", flaky)
+    monkeypatch.setattr(execute_chapters.time, "sleep", lambda s: None)
+    src = make_notebook(tmp_path / "nap.ipynb", "print(6 * 7)")
+    execute_chapters.run_one(src, tmp_path / "out.ipynb")
+    assert len(calls) == 2 and "42" in (tmp_path / "out.ipynb").read_text()
+
+    def always(nb, **kwargs):
+        calls.append(1)
+        raise RuntimeError("Kernel didn't respond in 60 seconds")
+
+    monkeypatch.setattr(utils, "single_nb_execution", always)
+    calls.clear()
+    with pytest.raises(RuntimeError, match="respond"):
+        execute_chapters.run_one(src, tmp_path / "out2.ipynb")
+    assert len(calls) == execute_chapters.KERNEL_STARTS

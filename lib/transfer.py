@@ -315,14 +315,12 @@ def item_sentence(d: Mapping[str, float], name_a: str, name_b: str, what: str, u
                 f"difference {mean:+.3f}" + (f" ± {se:.3f}" if se == se else "") + " nats")
     head += f" (paired over the {over}" + (f"; {_interval(mean, se, n, scale, digits, name)})" if se == se and se > 0
                                            else ")")
-    ahead = -mean if unit == "nats" else mean          # a lower loss is ahead
     if se != se:
         return f"{head}: one {one}, no standard error."
     if se == 0 and mean == 0:
         return f"{head}: the two agree on every {one}."
-    if se == 0 or abs(mean) > critical_value(n) * se:
-        return f"{head}: {name_a} is clearly {'ahead' if ahead > 0 else 'behind'}."
-    return f"{head}: not distinguishable from the noise."
+    result = outcome(d, unit)                          # a lower loss is ahead
+    return f"{head}: not distinguishable from the noise." if result == "level" else f"{head}: {name_a} is clearly {result}."
 
 
 def outcome(d: Mapping[str, float], unit: str = "percent") -> str:

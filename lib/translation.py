@@ -231,12 +231,19 @@ def paired_bleu(hyps_a: Sequence[Sequence[str]], hyps_b: Sequence[Sequence[str]]
     streams = _reference_streams(references, tokenize)                  # the references tokenised once
     sa, sb = (_statistics(h, streams) for h in (hyps_a, hyps_b))
     a, b = bleu_from_statistics(sa), bleu_from_statistics(sb)
+    return {"a": a, "b": b, "mean": a - b, "se": _bootstrap_se([sa], [sb], samples, seed), "n": len(sa)}
+
+
+def _bootstrap_se(sa: Sequence[torch.Tensor], sb: Sequence[torch.Tensor], samples: int, seed: int) -> float:
+    """The standard error of the seed-averaged BLEU difference ``a - b`` from a paired bootstrap: ``samples``
+    resamples of the sentences with replacement (from ``seed``), the same for every seed and both systems;
+    ``sa[s]``, ``sb[s]`` are the :func:`bleu_statistics` of seed ``s``."""
     g = torch.Generator().manual_seed(seed)
     diffs = []
     for _ in range(samples):
-        idx = torch.randint(len(sa), (len(sa),), generator=g)
-        diffs.append(bleu_from_statistics(sa[idx]) - bleu_from_statistics(sb[idx]))
-    return {"a": a, "b": b, "mean": a - b, "se": float(torch.tensor(diffs).std()), "n": len(sa)}
+        idx = torch.randint(len(sa[0]), (len(sa[0]),), generator=g)
+        diffs.append(sum(bleu_from_statistics(x[idx]) - bleu_from_statistics(y[idx]) for x, y in zip(sa, sb)) / len(sa))
+    return float(torch.tensor(diffs).std())
 
 
 def paired_bleu_seeds(hyps_a: Sequence[Sequence[Sequence[str]]], hyps_b: Sequence[Sequence[Sequence[str]]],
@@ -262,12 +269,7 @@ def paired_bleu_seeds(hyps_a: Sequence[Sequence[Sequence[str]]], hyps_b: Sequenc
     sa, sb = [_statistics(h, streams) for h in hyps_a], [_statistics(h, streams) for h in hyps_b]
     bleu_a, bleu_b = [bleu_from_statistics(s) for s in sa], [bleu_from_statistics(s) for s in sb]
     by_seed = [x - y for x, y in zip(bleu_a, bleu_b)]
-    g = torch.Generator().manual_seed(seed)
-    diffs = []
-    for _ in range(samples):
-        idx = torch.randint(len(references), (len(references),), generator=g)
-        diffs.append(sum(bleu_from_statistics(x[idx]) - bleu_from_statistics(y[idx]) for x, y in zip(sa, sb)) / len(sa))
     se, df = combine_noise(mean_se(by_seed)[1] if len(sa) > 1 else None, len(sa),
-                           float(torch.tensor(diffs).std()), len(references))
+                           _bootstrap_se(sa, sb, samples, seed), len(references))
     return {"a": sum(bleu_a) / len(sa), "b": sum(bleu_b) / len(sb), "mean": sum(by_seed) / len(sa), "se": se,
             "n": len(sa), "items": len(references), "df": df, "by_seed": by_seed}

@@ -43,8 +43,8 @@ def _tokenizer_files(run: Run) -> dict:
     A run that started from a checkpoint registered in the same folder (``init_from``) with the same tokenizer
     file registers that file, not a copy."""
     source = checkpoints.registry(run.out).get(run.recipe.init_from) if run.recipe.init_from else None
-    prepared = file_sha256(run.scratch / "data" / "tokenizer.json")
-    if source is not None and "tokenizer" in source.files and source.files["tokenizer"].sha256 == prepared:
+    if source is not None and "tokenizer" in source.files and \
+            source.files["tokenizer"].sha256 == file_sha256(run.scratch / "data" / "tokenizer.json"):
         return {"tokenizer": source.files["tokenizer"]}
     files = {"tokenizer": checkpoints.file_entry(run.out, _copy_tokenizer(run))}
     if (run.scratch / "data" / translation.TARGET_TOKENIZER).is_file():

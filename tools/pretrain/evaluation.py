@@ -25,14 +25,10 @@ def heldout_loss(model, batches: list, kind: str, other_input: bool = False) -> 
     """Mean loss per predicted token over the fixed held-out batches (float32, eval mode). With
     ``other_input`` (encoder-decoder kinds), each target is scored after the input of the batch's next
     example (the inputs rolled by one)."""
-    if kind == tasks.KIND:
-        if other_input:
-            raise ValueError(f"other_input is not measured for {kind}")
-        return tasks.heldout_loss(model, batches)
     if kind in translation.PAIR_KINDS:
         if other_input:
             raise ValueError(f"other_input is not measured for {kind}")
-        return translation.heldout_loss(model, batches)
+        return (tasks if kind == tasks.KIND else translation).heldout_loss(model, batches)
     was = model.training
     model.eval()
     total = count = 0.0

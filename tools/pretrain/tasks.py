@@ -25,6 +25,7 @@ import torch
 from lib import checkpoints, train
 from lib.data import text2text
 from lib.io import sha256 as file_sha256
+from tools.pretrain import translation
 
 KIND = "t5-task"
 CORPUS = "t5-tasks"
@@ -52,7 +53,8 @@ def prepare(recipe, folder: Path, fingerprint: dict) -> dict:
     start = time.perf_counter()
     d = task_data()
     folder.mkdir(parents=True, exist_ok=True)
-    _tokenizer(recipe).save(folder / "tokenizer.json")
+    tok = _tokenizer(recipe)
+    tok.save(folder / "tokenizer.json")
     per_task = recipe.tokens // len(recipe.tasks)
     counts = {"examples_per_task": per_task, **d.counts,
               "training_pairs": sum(d.counts["train"][t] for t in recipe.tasks),
@@ -63,11 +65,10 @@ def prepare(recipe, folder: Path, fingerprint: dict) -> dict:
             "corpus_sha256": _digest({t: d.train[t] for t in recipe.tasks}),
             "datasets": [{"dataset": ds, "file": name, "sha256": data.REGISTRY[ds].files[name].sha256}
                          for ds, name in FILES],
-            "tokenizer_sha256": file_sha256(folder / "tokenizer.json"), "vocab_size": _tokenizer(recipe).vocab_size,
+            "tokenizer_sha256": file_sha256(folder / "tokenizer.json"), "vocab_size": tok.vocab_size,
             "heldout_rule": f"the validation rows of each task ({text2text.SIZES['val_per_task']} distinct sentences, "
                             "reviews or questions of its training side; chapter 11's test items are never read)",
-            "init_from": {"name": recipe.init_from, "weights": recipe.init_weights,
-                          "weights_sha256": checkpoints.info(recipe.init_from).files["weights"].sha256},
+            "init_from": translation.init_meta(recipe),
             "seconds": round(time.perf_counter() - start, 1)}
 
 
@@ -85,16 +86,8 @@ def build_training(recipe, folder: Path, init: bool = True) -> tuple:
     for task in recipe.tasks:
         examples = [encode(task, r) for r in d.validation[task]][:recipe.heldout_sequences]
         heldout += [(task, fn(examples[i:i + 100])) for i in range(0, len(examples), 100)]
-    torch.manual_seed(recipe.seed)
-    model = checkpoints.build_model(KIND, {**checkpoints.info(recipe.init_from).config, **recipe.model})
-    if recipe.init_weights and init:
-        start = checkpoints.load(recipe.init_from)
-        prepared = json.loads((folder / "data.json").read_text())["init_from"]["weights_sha256"]
-        if prepared != start.info.files["weights"].sha256:
-            raise SystemExit(f"{folder} was prepared from other weights of {recipe.init_from} than the registered "
-                             "ones: run with --fresh")
-        model.load_state_dict(start.model.state_dict())
-    return tok, loader, heldout, model
+    return tok, loader, heldout, translation.initial_model(recipe, folder, translation.model_config(recipe, tok, tok),
+                                                           init)
 
 
 def step(model, batch):

@@ -152,8 +152,7 @@ def prepare(recipe, folder: Path, fingerprint: dict) -> dict:
         meta["heldout_rule"] = (f"a validation split of {recipe.validation:.0%} of the training questions held out "
                                 "(chapter 4's held-out test pairs are never read)")
     if recipe.init_from is not None:
-        meta["init_from"] = {"name": recipe.init_from, "weights": recipe.init_weights,
-                             "weights_sha256": checkpoints.info(recipe.init_from).files["weights"].sha256}
+        meta["init_from"] = init_meta(recipe)
     if tgt is not src:
         tgt.save(folder / TARGET_TOKENIZER)
         meta.update(target_vocab_size=tgt.vocab_size, target_tokenizer_sha256=file_sha256(folder / TARGET_TOKENIZER))
@@ -193,20 +192,29 @@ def build_training(recipe, folder: Path, init: bool = True) -> tuple:
     heldout = [collate(held[i:i + 128]) for i in range(0, len(held), 128)]
     sampler = train.LengthBucketSampler([len(s) for s, _ in ids], recipe.batch_size, seed=recipe.seed)
     loader = torch.utils.data.DataLoader(ids, batch_sampler=sampler, collate_fn=collate)
+    return src, loader, heldout, initial_model(recipe, folder, model_config(recipe, src, tgt), init)
+
+
+def init_meta(recipe) -> dict:
+    """What ``data.json`` records of the ``init_from`` checkpoint: its name, whether its weights are the
+    start, and their SHA-256."""
+    return {"name": recipe.init_from, "weights": recipe.init_weights,
+            "weights_sha256": checkpoints.info(recipe.init_from).files["weights"].sha256}
+
+
+def initial_model(recipe, folder: Path, config: dict, init: bool = True):
+    """The model from the recipe's seed, with the ``init_from`` checkpoint's weights when the recipe starts
+    from them (and ``init``), checked against the weights the prepared data in ``folder`` recorded."""
     torch.manual_seed(recipe.seed)
-    model = checkpoints.build_model(recipe.kind, model_config(recipe, src, tgt))
+    model = checkpoints.build_model(recipe.kind, config)
     if recipe.init_from is not None and recipe.init_weights and init:
         start = checkpoints.load(recipe.init_from)
-        if _prepared_init_sha(folder) != start.info.files["weights"].sha256:
+        prepared = json.loads((folder / "data.json").read_text()).get("init_from", {}).get("weights_sha256")
+        if prepared != start.info.files["weights"].sha256:
             raise SystemExit(f"{folder} was prepared from other weights of {recipe.init_from} than the registered "
                              "ones: run with --fresh")
         model.load_state_dict(start.model.state_dict())
-    return src, loader, heldout, model
-
-
-def _prepared_init_sha(folder: Path) -> str | None:
-    """The SHA-256 of the ``init_from`` weights the prepared data recorded."""
-    return json.loads((folder / "data.json").read_text()).get("init_from", {}).get("weights_sha256")
+    return model
 
 
 def logits(model, batch) -> torch.Tensor:

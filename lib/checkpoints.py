@@ -138,6 +138,16 @@ def _char_lm(config: Mapping[str, Any]) -> nn.Module:
     return CharLM(CharLMConfig(**config))
 
 
+def _txl(config: Mapping[str, Any]) -> nn.Module:
+    from lib.models.transformer_xl import TransformerXL, TransformerXLConfig
+    return TransformerXL(TransformerXLConfig(**config))
+
+
+def _xlnet(config: Mapping[str, Any]) -> nn.Module:
+    from lib.models.xlnet import XLNet, XLNetConfig
+    return XLNet(XLNetConfig(**config))
+
+
 def _bart(config: Mapping[str, Any]) -> nn.Module:
     from lib.models.bart import Bart, BartConfig
     return Bart(BartConfig(**config))
@@ -166,6 +176,7 @@ def _transformer(config: Mapping[str, Any]) -> nn.Module:
 #: kind -> a function that builds the (untrained) model from the registered configuration.
 MODEL_KINDS: dict[str, Callable[[Mapping[str, Any]], nn.Module]] = {"bert-mlm": _bert, "gpt-lm": _gpt,
                                                                      "switch-gpt": _switch_gpt, "char-lm": _char_lm,
+                                                                     "txl-lm": _txl, "xlnet-plm": _xlnet,
                                                                      "bart-denoise": _bart, "bart-chat": _bart, "elmo-bilm": _elmo,
                                                                      "t5-span": _t5, "t5-task": _t5, "seq2seq": _seq2seq,
                                                                      "transformer": _transformer}

@@ -255,8 +255,9 @@ class _Trainer:
             torch.distributed.all_gather_object(states, {"rng": rng_state(), "epoch_rng": s.epoch_rng})
             loop["rank_rng"] = states
         if self.rank == 0:
+            extra = {STEP_STATE: self.step_fn.state_dict()} if _stateful(self.step_fn) else None
             payload = make_payload(self.model, self.optimizer, self.scheduler, self.scaler, step=s.step,
-                                   epoch=s.epoch, history=s.history, extra=None, rng=True, loop=loop)
+                                   epoch=s.epoch, history=s.history, extra=extra, rng=True, loop=loop)
             write_checkpoint(self.checkpoint, payload)
         if self.world > 1:
             torch.distributed.barrier()  # the file exists before any process goes on
@@ -328,8 +329,20 @@ def _unpack_step(out, step: int) -> tuple[torch.Tensor, dict[str, Any]]:
 
 
 
-def _resume(path, model, optimizer, scheduler, scaler, seed: int, world: int, rank: int) -> LoopState:
-    """Load the checkpoint at ``path`` into the model, optimizer, scheduler and scaler; its loop state."""
+#: the checkpoint's ``extra`` entry that holds a stateful step function's state
+STEP_STATE = "step_state"
+
+
+def _stateful(step_fn) -> bool:
+    """A step function that carries state from one step to the next (Transformer-XL's memory): an
+    object with ``state_dict()`` (tensors and plain containers) and ``load_state_dict(state)``."""
+    return callable(getattr(step_fn, "state_dict", None)) and callable(getattr(step_fn, "load_state_dict", None))
+
+
+def _resume(path, model, optimizer, scheduler, scaler, seed: int, world: int, rank: int,
+            step_fn=None) -> LoopState:
+    """Load the checkpoint at ``path`` into the model, optimizer, scheduler and scaler (and a stateful
+    ``step_fn``); its loop state."""
     payload = read_checkpoint(path)
     loop = payload.get("loop")
     if not loop:
@@ -347,6 +360,12 @@ def _resume(path, model, optimizer, scheduler, scaler, seed: int, world: int, ra
                               f"or scheduler ({e}); delete it or pass resume=False") from e
     if scaler is not None and payload.get("scaler") is not None:
         scaler.load_state_dict(payload["scaler"])
+    if _stateful(step_fn):
+        extra = payload.get("extra") or {}
+        if STEP_STATE not in extra:
+            raise CheckpointError(f"{path} holds no state of the step function (written by a run whose step kept "
+                                  "none), so this stateful step cannot resume from it; delete it or pass resume=False")
+        step_fn.load_state_dict(extra[STEP_STATE])
     saved_world = loop.get("world_size", 1)
     if saved_world != world:
         raise CheckpointError(f"{path} was written by a run with {saved_world} process(es), this one has "
@@ -423,7 +442,10 @@ def fit(model: nn.Module, train_loader: Iterable, *, optimizer: torch.optim.Opti
                           from ``make_loader``, or a list of batches).
     optimizer, scheduler  the scheduler (optional) is stepped after every optimizer step.
     step_fn               ``step_fn(model, batch) -> (loss, {name: float})``: the loss of one batch
-                          (the batch is already on the device).
+                          (the batch is already on the device). A step that carries state to the next
+                          (Transformer-XL's memory) is an object with ``state_dict()`` and
+                          ``load_state_dict(state)`` as well: its state goes into every checkpoint and a
+                          resumed run starts from it.
     epochs, max_steps     stop after ``epochs`` passes over the data or ``max_steps`` optimizer steps
                           in total (counting steps done before a resume), whichever comes first.
                           ``epochs=None`` means "until max_steps".
@@ -460,7 +482,7 @@ def fit(model: nn.Module, train_loader: Iterable, *, optimizer: torch.optim.Opti
     n_batches = _num_batches(train_loader)
 
     if resume and Path(checkpoint).is_file():
-        state = _resume(checkpoint, model, optimizer, scheduler, scaler, seed, world, rank)
+        state = _resume(checkpoint, model, optimizer, scheduler, scaler, seed, world, rank, step_fn)
     else:
         state = LoopState(seed=seed, lr=float(optimizer.param_groups[0]["lr"]))
 

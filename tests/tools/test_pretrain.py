@@ -205,6 +205,63 @@ def test_the_adaptive_span_recipe_gives_the_spans_their_own_rate_and_pays_for_th
     assert_the_card_reports_the_stored_weights(ckpt, result, "char-lm", falls=False)
 
 
+def test_the_transformer_xl_recipe_reads_the_text_in_order_and_resumes_with_its_memory(data_mirror, tmp_path,
+                                                                                       monkeypatch):
+    from lib import data
+    from lib.models.transformer_xl import TransformerXL, batchify, evaluate_with_memory
+    from tools.pretrain import characters
+    whole, parts = tmp_path / "whole", tmp_path / "parts"
+    result = pretrain.main(["txl-tiny", "--out", str(whole / "out"), "--scratch", str(whole / "s")])
+    ckpt = checkpoints.load("txl-tiny", root=whole / "out")
+    assert isinstance(ckpt.model, TransformerXL) and ckpt.model.cfg.mem_len == 8
+    recipe, vocab, text = pretrain.RECIPES["txl-tiny"], ckpt.tokenizer, data.load_tinyshakespeare()
+    cut = int(0.9 * len(text))
+    ids = torch.tensor(vocab.encode(list(text)))
+    # the chapter's layout: 4 streams side by side; segment k + 1 of a row continues segment k
+    segs = characters.segments(ids[:cut], recipe.batch_size, recipe.seq_len)
+    rows = cut // recipe.batch_size
+    assert bool(segs[0][2]) and not any(bool(f) for _, _, f in segs[1:])
+    assert "".join(vocab.itos[i] for i in segs[1][0][1]) == text[rows + 8:rows + 16]
+    assert torch.equal(segs[0][1][:, :-1], segs[0][0][:, 1:]) and torch.equal(segs[1][0][:, 0], segs[0][1][:, -1])
+    # the held-out loss: the first 16 x 8 held-out characters as 8 streams, read with the memory of 8
+    stream = batchify(ids[cut:cut + 16 * 8], 8)
+    assert pretrain.heldout_loss(ckpt.model, result["heldout"], "txl-lm") == pytest.approx(
+        evaluate_with_memory(ckpt.model, stream, 8, 8)["loss"], abs=1e-6)
+    assert_the_card_reports_the_stored_weights(ckpt, result, "txl-lm", falls=False)
+    # stopped after its first chunk and resumed: the memory goes on as if never stopped
+    assert pretrain.main(["txl-tiny", "--out", str(parts / "out"), "--scratch", str(parts / "s"), "--minutes", "0"]) \
+        == {"card": None}
+    assert read_checkpoint(parts / "s" / "txl-tiny" / "state.pt")["extra"]["step_state"]["mems"] is not None
+    pretrain.main(["txl-tiny", "--out", str(parts / "out"), "--scratch", str(parts / "s")])
+    a, b = (read_checkpoint(d / "s" / "txl-tiny" / "state.pt") for d in (whole, parts))
+    assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
+    # (every chunk resumes from the saved state, so a memory lost there would train otherwise)
+    monkeypatch.setattr(characters.MemoryStep, "load_state_dict", lambda self, state: setattr(self, "mems", None))
+    pretrain.main(["txl-tiny", "--out", str(tmp_path / "lost" / "out"), "--scratch", str(tmp_path / "lost" / "s")])
+    c = read_checkpoint(tmp_path / "lost" / "s" / "txl-tiny" / "state.pt")
+    assert not all(torch.equal(a["model"][k], c["model"][k]) for k in a["model"])
+
+
+def test_the_xlnet_recipe_gives_every_window_its_own_order(data_mirror, tmp_path):
+    from lib.models.xlnet import XLNet
+    from tools.pretrain import characters
+    result = pretrain.main(["xlnet-tiny", "--out", str(tmp_path / "out"), "--scratch", str(tmp_path / "s")])
+    ckpt = checkpoints.load("xlnet-tiny", root=tmp_path / "out")
+    assert isinstance(ckpt.model, XLNet)
+    stream = torch.load(tmp_path / "s" / "xlnet-tiny" / "data" / "streams.pt", weights_only=True)["train"]
+    windows = characters.PermutedWindows(stream, 12, seed=0)
+    (x0, o0), (x1, o1) = windows[5], windows[6]
+    assert torch.equal(x0, stream[5:17].long()) and torch.equal(x1[:-1], x0[1:])
+    assert sorted(o0.tolist()) == list(range(12)) and not torch.equal(o0, o1)
+    assert torch.equal(windows[5][1], o0) and not torch.equal(windows[5 + len(windows)][1], o0)   # new each epoch
+    # held out: fixed windows and orders, the loss on the last 12 // 6 = 2 positions of each order
+    x, order, predict = result["heldout"][0]
+    assert int(predict) == 2 and x.shape == order.shape == (4, 12)
+    assert pretrain.heldout_loss(ckpt.model, result["heldout"][:1], "xlnet-plm") == pytest.approx(
+        ckpt.model.eval().permutation_lm_loss(x, order, 2).item(), abs=1e-5)
+    assert_the_card_reports_the_stored_weights(ckpt, result, "xlnet-plm", falls=False)
+
+
 def test_a_character_recipe_must_read_a_character_corpus():
     recipe = pretrain.RECIPES["switch-shakespeare-tiny"]
     with pytest.raises(ValueError, match="read as characters"):
@@ -667,8 +724,33 @@ def test_restore_stores_a_pair_checkpoint_smaller_only_when_its_held_out_loss_ho
     with pytest.raises(SystemExit, match="no dtype keeps its held-out loss"):
         restore.restore("s2s-attention-tiny", root)
     assert checkpoints.info("s2s-attention-tiny", root) == after
-    with pytest.raises(SystemExit, match="only the sentence-pair family"):
+    with pytest.raises(SystemExit, match="only the sentence-pair and the character"):
         restore._heldout("t5-mix", checkpoints.CHECKPOINT_DIR)
+
+
+def test_restore_rebuilds_a_character_models_held_out_windows(data_mirror, tmp_path, monkeypatch):
+    from tools.pretrain import card as card_module, restore
+    monkeypatch.setattr(card_module, "storage_dtype", lambda losses: "float32")     # trained before int8
+    pretrain.main(["switch-shakespeare-tiny", "--out", str(tmp_path / "out"), "--scratch", str(tmp_path / "s")])
+    monkeypatch.undo()
+    root = tmp_path / "out"
+    trained = json.loads((root / "switch-shakespeare-tiny" / "card.json").read_text())
+    batches = restore._heldout("switch-shakespeare-tiny", root)   # the windows the run was scored on
+    model = checkpoints.load("switch-shakespeare-tiny", root=root).model
+    assert pretrain.heldout_loss(model, batches, "switch-gpt") == pytest.approx(
+        trained["heldout"]["by_stored_dtype"]["float32"], abs=1e-5)
+    before = checkpoints.info("switch-shakespeare-tiny", root).files["weights"].size
+    assert restore.restore("switch-shakespeare-tiny", root) != "float32"
+    assert checkpoints.info("switch-shakespeare-tiny", root).files["weights"].size < before
+    # a vocabulary that is not the text's characters: refused before anything is scored
+    tok = root / "switch-shakespeare-tiny" / "tokenizer.json"
+    tok.write_text(tok.read_text().replace('"e"', '"E"', 1))
+    info = checkpoints.info("switch-shakespeare-tiny", root)
+    checkpoints.register(checkpoints.CheckpointInfo(
+        name=info.name, kind=info.kind, config=info.config, command=info.command, description=info.description,
+        files={**info.files, "tokenizer": checkpoints.file_entry(root, info.files["tokenizer"].path)}), root)
+    with pytest.raises(SystemExit, match="another vocabulary"):
+        restore._heldout("switch-shakespeare-tiny", root)
 
 
 def test_a_checkpoint_started_from_another_shares_its_tokenizer_file(data_mirror, tmp_path):

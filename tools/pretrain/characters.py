@@ -27,9 +27,14 @@ import torch
 
 from lib import checkpoints, train
 from lib.io import sha256 as file_sha256
+from lib.train.loaders import epoch_seed
 
+#: chapter 9's kinds: relative positions (no length in the configuration) and data of their own
+RELATIVE_KINDS = frozenset({"txl-lm", "xlnet-plm"})
 #: checkpoint kinds this family trains (lib.checkpoints.MODEL_KINDS keys)
-CHAR_KINDS = frozenset({"gpt-lm", "switch-gpt", "char-lm"})
+CHAR_KINDS = frozenset({"gpt-lm", "switch-gpt", "char-lm"}) | RELATIVE_KINDS
+HELDOUT_STREAMS = 8    # txl-lm: the held-out characters are read as 8 streams side by side (the chapter's)
+PREDICT_SHARE = 6      # xlnet-plm: the loss is on the last sixth of each order (the chapter's)
 #: corpus name -> the data files it reads
 CHAR_CORPORA = {"tinyshakespeare": (("tinyshakespeare", "input.txt"),)}
 SPLIT = 0.9            # the share of the characters trained on (nanoGPT's split)
@@ -98,16 +103,83 @@ def heldout_windows(stream: torch.Tensor, length: int, count: int) -> torch.Tens
     return data.random_windows(stream.long(), length + 1, count, seed=HELDOUT_SEED)
 
 
+class PermutedWindows(torch.utils.data.Dataset):
+    """xlnet-plm: example ``i`` is the window of ``length`` characters at position ``i`` and a factorisation
+    order of its positions, drawn from the example's index (``GlobalBatchSampler(tag_epoch=True)``
+    makes it new in every epoch), as the masks of ``corpora.PackedMLM`` are."""
+
+    def __init__(self, stream: torch.Tensor, length: int, seed: int):
+        if len(stream) < length:
+            raise ValueError(f"a stream of {len(stream)} characters holds no window of {length}")
+        self.stream, self.length, self.seed = stream.long(), length, seed
+        self.positions = len(stream) - length + 1
+
+    def __len__(self) -> int:
+        return self.positions
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        i = index % self.positions
+        g = torch.Generator().manual_seed(epoch_seed(self.seed, index))
+        return self.stream[i:i + self.length], torch.randperm(self.length, generator=g)
+
+
+def segments(stream: torch.Tensor, batch_size: int, seg_len: int) -> list[tuple]:
+    """txl-lm: the training text as ``batch_size`` contiguous streams side by side
+    (``lib.models.transformer_xl.batchify``), cut into segments in order: ``(inputs, targets, first)``,
+    ``first`` True for the segment that starts a pass (no memory before it). The chapter's layout."""
+    from lib.models.transformer_xl import batchify
+    rows = batchify(stream.long(), batch_size)
+    return [(rows[:, s:s + seg_len], rows[:, s + 1:s + seg_len + 1], torch.tensor(s == 0))
+            for s in range(0, rows.shape[1] - seg_len - 1, seg_len)]
+
+
+class MemoryStep:
+    """txl-lm's training step: the memory each step returns is the next step's, and a pass over the
+    text starts without one. It carries state, so it gives ``lib.train.fit`` its ``state_dict`` (saved in
+    every checkpoint: a resumed run continues with the memory the interrupted one had)."""
+
+    def __init__(self):
+        self.mems = None
+
+    def __call__(self, model, batch):
+        x, y, first = batch
+        if first:
+            self.mems = None
+        _, loss, self.mems = model(x, y, mems=self.mems)
+        return loss, {}
+
+    def state_dict(self) -> dict:
+        return {"mems": None if self.mems is None else [m.detach().cpu() for m in self.mems]}
+
+    def load_state_dict(self, state: dict) -> None:
+        mems = state["mems"]
+        self.mems = None if mems is None else list(mems)
+
+
 def build_training(recipe, folder: Path) -> tuple:
     """(vocabulary, the training loader, the fixed held-out batches, the model from the seed)."""
     from lib.text import WordVocab
     vocab = WordVocab.load(folder / "tokenizer.json")
     streams = torch.load(folder / "streams.pt", weights_only=True)
-    dataset = Windows(streams["train"], recipe.seq_len)
-    sampler = train.GlobalBatchSampler(len(dataset), recipe.batch_size, recipe.seed)
-    loader = torch.utils.data.DataLoader(dataset, batch_sampler=sampler)
-    held = heldout_windows(streams["heldout"], recipe.seq_len, recipe.heldout_sequences)
-    heldout = [(w[:, :-1], w[:, 1:]) for w in held.split(recipe.batch_size)]
+    if recipe.kind == "txl-lm":
+        from lib.models.transformer_xl import batchify
+        loader = segments(streams["train"], recipe.batch_size, recipe.seq_len)
+        held = streams["heldout"][:recipe.heldout_sequences * recipe.seq_len].long()
+        heldout = [(batchify(held, HELDOUT_STREAMS), torch.tensor(recipe.seq_len))]
+    elif recipe.kind == "xlnet-plm":
+        dataset = PermutedWindows(streams["train"], recipe.seq_len, recipe.seed)
+        sampler = train.GlobalBatchSampler(len(dataset), recipe.batch_size, recipe.seed, tag_epoch=True)
+        loader = torch.utils.data.DataLoader(dataset, batch_sampler=sampler)
+        held = heldout_windows(streams["heldout"], recipe.seq_len - 1, recipe.heldout_sequences)
+        orders = torch.argsort(torch.rand(held.shape, generator=torch.Generator().manual_seed(HELDOUT_SEED)), dim=-1)
+        predict = torch.tensor(recipe.seq_len // PREDICT_SHARE)
+        heldout = [(w, o, predict) for w, o in zip(held.split(recipe.batch_size), orders.split(recipe.batch_size))]
+    else:
+        dataset = Windows(streams["train"], recipe.seq_len)
+        sampler = train.GlobalBatchSampler(len(dataset), recipe.batch_size, recipe.seed)
+        loader = torch.utils.data.DataLoader(dataset, batch_sampler=sampler)
+        held = heldout_windows(streams["heldout"], recipe.seq_len, recipe.heldout_sequences)
+        heldout = [(w[:, :-1], w[:, 1:]) for w in held.split(recipe.batch_size)]
     torch.manual_seed(recipe.seed)
     model = checkpoints.build_model(recipe.kind, recipe.model_config(vocab.vocab_size))
     return vocab, loader, heldout, model
@@ -116,6 +188,11 @@ def build_training(recipe, folder: Path) -> tuple:
 def step_fn(recipe):
     """The training step: the next-character cross-entropy (a Switch model's forward adds its
     load-balancing losses); an adaptive span adds ``span_loss`` x the mean span of its heads."""
+    if recipe.kind == "txl-lm":
+        return MemoryStep()
+    if recipe.kind == "xlnet-plm":
+        return lambda model, batch: (model.permutation_lm_loss(*batch, recipe.seq_len // PREDICT_SHARE), {})
+
     def step(model, batch):
         x, y = batch
         loss = model(x, y)[1]

@@ -29,6 +29,10 @@ def heldout_loss(model, batches: list, kind: str, other_input: bool = False) -> 
         if other_input:
             raise ValueError(f"other_input is not measured for {kind}")
         return (tasks if kind == tasks.KIND else translation).heldout_loss(model, batches)
+    if kind == "txl-lm":                 # the held-out streams, read a segment at a time with the trained memory
+        from lib.models.transformer_xl import evaluate_with_memory
+        (stream, seg_len), = batches
+        return evaluate_with_memory(model, stream, int(seg_len), model.cfg.mem_len)["loss"]
     was = model.training
     model.eval()
     total = count = 0.0
@@ -39,6 +43,11 @@ def heldout_loss(model, batches: list, kind: str, other_input: bool = False) -> 
             if kind not in ENCODER_DECODER_KINDS or len(x) < 2:
                 raise ValueError(f"other_input needs an encoder-decoder kind and batches of two or more, got {kind}")
             x = x.roll(1, 0)
+        if kind == "xlnet-plm":           # each window's own order: the query stream's loss on its last positions
+            predict = int(y)
+            total += model.permutation_lm_loss(x, rest[0], predict).item() * len(x) * predict
+            count += len(x) * predict
+            continue
         if kind == "elmo-bilm":          # both directions' predictions, each weighted by its count
             _, (loss_f, loss_b) = model.lm_loss(x, *rest, y)
             n_f, n_b = (y[:, 1:] != mlm.IGNORE_INDEX).sum().item(), (y[:, :-1] != mlm.IGNORE_INDEX).sum().item()

@@ -154,6 +154,8 @@ class Recipe:
             from lib.text import SPECIAL_IDS
             return {**self.model, "vocab_size": vocab_size + T5_SENTINELS, "pad_id": SPECIAL_IDS["pad"],
                     "eos_id": SPECIAL_IDS["eos"], "decoder_start_id": SPECIAL_IDS["pad"]}
+        if self.kind in characters.RELATIVE_KINDS:   # relative positions: no length in the network
+            return {**self.model, "vocab_size": vocab_size}
         return {**self.model, "vocab_size": vocab_size, "block_size": self.seq_len}
 
 
@@ -317,6 +319,22 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in [
            "head)", "persistent", {}, (0,)))
       for seed in seeds],
     # for the tests: the same code on 3,000 rows of the crawl, a model of a few thousand parameters
+    *[Recipe(f"txl-shakespeare{'' if seed == 0 else f'-seed{seed}'}", "txl-lm", "Character Transformer-XL (4 layers "
+             "x 128, memory of 64) on Tiny Shakespeare's first 90 % of characters as 16 streams read in segments of "
+             f"64{'' if seed == 0 else f', seed {seed}'} (chapter 9)", corpus="tinyshakespeare", tokenizer="characters",
+             model=dict(n_layer=4, n_head=4, d_model=128, d_inner=512, mem_len=64, dropout=0.1), seq_len=64,
+             batch_size=16, optimizer="adamw-beta2-0.99", lr=1e-3, weight_decay=0.01, clip_grad=1.0, warmup=0.05,
+             tokens=1_200 * 16 * 64, eval_every_tokens=240 * 16 * 64, log_every_tokens=60 * 16 * 64,
+             heldout_sequences=781, seed=seed)
+      for seed in (0, 1, 2)],
+    *[Recipe(f"xlnet-shakespeare{'' if seed == 0 else f'-seed{seed}'}", "xlnet-plm", "Character XLNet (2 layers x "
+             "128), the permutation language model on windows of 64 of Tiny Shakespeare's first 90 % of characters, "
+             f"a new order for every window{'' if seed == 0 else f', seed {seed}'} (chapter 9)", corpus="tinyshakespeare",
+             tokenizer="characters", model=dict(n_layer=2, n_head=4, d_model=128, d_inner=512, dropout=0.1),
+             seq_len=64, batch_size=16, optimizer="adamw-beta2-0.99", lr=1e-3, weight_decay=0.01, clip_grad=1.0,
+             warmup=0.05, tokens=500 * 16 * 64, eval_every_tokens=100 * 16 * 64, log_every_tokens=25 * 16 * 64,
+             heldout_sequences=1_000, seed=seed)
+      for seed in (0, 1, 2)],
     Recipe("ko-bert-tiny", "bert-mlm", "test recipe: ko-bert's code at toy size", corpus="nsmc-first-3000",
            model=dict(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64), vocab_size=400,
            seq_len=32, batch_size=8, tokens=8 * 32 * 12, eval_every_tokens=8 * 32 * 4, log_every_tokens=8 * 32,
@@ -371,6 +389,14 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in [
                       span_ramp=4, span_init=0.5), seq_len=16, batch_size=4, clip_grad=1.0, span_loss=0.1,
            span_lr=0.5, tokens=4 * 16 * 12, eval_every_tokens=4 * 16 * 4, log_every_tokens=4 * 16,
            heldout_sequences=8),
+    Recipe("txl-tiny", "txl-lm", "test recipe: chapter 9's Transformer-XL at toy size", corpus="tinyshakespeare",
+           tokenizer="characters", model=dict(n_layer=1, n_head=2, d_model=16, d_inner=32, mem_len=8, dropout=0.1),
+           seq_len=8, batch_size=4, optimizer="adamw-beta2-0.99", clip_grad=1.0, tokens=4 * 8 * 12,
+           eval_every_tokens=4 * 8 * 4, log_every_tokens=4 * 8, heldout_sequences=16),
+    Recipe("xlnet-tiny", "xlnet-plm", "test recipe: chapter 9's XLNet at toy size", corpus="tinyshakespeare",
+           tokenizer="characters", model=dict(n_layer=1, n_head=2, d_model=16, d_inner=32, dropout=0.1),
+           seq_len=12, batch_size=4, optimizer="adamw-beta2-0.99", clip_grad=1.0, tokens=4 * 12 * 12,
+           eval_every_tokens=4 * 12 * 4, log_every_tokens=4 * 12, heldout_sequences=8),
     Recipe("gpt-imdb-tiny", "gpt-lm", "test recipe: gpt-imdb's code at toy size", corpus="nsmc-first-3000",
            model=dict(n_layer=2, n_head=2, n_embd=32, dropout=0.1), vocab_size=400, seq_len=32, batch_size=8,
            tokens=8 * 32 * 12, eval_every_tokens=8 * 32 * 4, log_every_tokens=8 * 32, heldout_every=10,

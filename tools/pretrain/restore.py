@@ -11,9 +11,10 @@ again, and the weights are rounded to every storage dtype (``evaluation.DTYPES``
 ``DTYPE_TOLERANCE`` of the card's float32 loss (measured when it was trained) is written, atomically,
 with the card (``restored``: from which dtype, the losses, the commit) and the registry entry updated.
 A checkpoint already in that dtype is left alone; a recipe whose held-out data cannot be rebuilt
-without its prepared corpus (the language-model family) is refused with the reason. Only the
-sentence-pair family (chapters 1, 3, 4, 10 and 11) qualifies: its held-out batches need the split and
-the shipped vocabularies only.
+without its prepared corpus (the language-model family) is refused with the reason. The sentence-pair
+family (chapters 1, 3, 4, 10 and 11) qualifies: its held-out batches need the split and the shipped
+vocabularies only; so does the character family (chapters 5 and 12): its vocabulary is rebuilt from the
+text, checked against the shipped one, and its validation windows drawn again.
 
 ``--share-tokenizers``: a checkpoint that started from another (``init_from``) and ships the same
 tokenizer file (the same SHA-256) registers that checkpoint's file instead of its own copy, which is
@@ -30,8 +31,8 @@ import time
 from pathlib import Path
 
 from lib import checkpoints, device
-from lib.io import atomic_write
-from tools.pretrain import tasks, translation
+from lib.io import atomic_write, sha256 as file_sha256
+from tools.pretrain import characters, tasks, translation
 from tools.pretrain.card import _write_json, card_markdown, git_commit
 from tools.pretrain.evaluation import DTYPE_TOLERANCE, DTYPES, rounded_losses
 from tools.pretrain.recipes import RECIPES
@@ -43,12 +44,19 @@ def _heldout(name: str, root: Path) -> list:
     recipe = RECIPES.get(name)
     if recipe is None:
         raise SystemExit(f"{name}: no recipe of that name, so its held-out data cannot be rebuilt")
-    if recipe.unit != "pairs":
+    if recipe.unit != "pairs" and recipe.tokenizer != "characters":
         raise SystemExit(f"{name}: a {recipe.kind} checkpoint's held-out data is its prepared corpus (train it again "
-                         "with tools.pretrain to store it otherwise); only the sentence-pair family can be re-stored")
+                         "with tools.pretrain to store it otherwise); only the sentence-pair and the character "
+                         "families can be re-stored")
     info = checkpoints.info(name, root)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
+        if recipe.tokenizer == "characters":      # the vocabulary is the text's characters: rebuilt, then checked
+            characters.prepare(recipe, folder, fingerprint={})
+            if file_sha256(folder / "tokenizer.json") != info.files["tokenizer"].sha256:
+                raise SystemExit(f"{name}: the characters of {recipe.corpus} give another vocabulary than the "
+                                 "checkpoint's tokenizer.json: is this the data it was trained on?")
+            return characters.build_training(recipe, folder)[2]
         shutil.copy(checkpoints.path(name, "tokenizer", root), folder / "tokenizer.json")
         if "target_tokenizer" in info.files:
             shutil.copy(checkpoints.path(name, "target_tokenizer", root), folder / translation.TARGET_TOKENIZER)

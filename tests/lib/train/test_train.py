@@ -714,3 +714,51 @@ def test_summary_progress_prints_one_line_and_keeps_the_history(capsys):
     with pytest.raises(TypeError, match="'summary'"):
         train.fit(model, train.make_loader(ds, 8), optimizer=torch.optim.SGD(model.parameters(), lr=0.01),
                   step_fn=mse_step, epochs=1, progress="quiet")
+
+
+class CarriedStep:
+    """A step that carries state to the next, as Transformer-XL's memory does: the loss adds the
+    previous batch's (detached) mean output, so a resume that lost the state trains otherwise."""
+
+    def __init__(self, crash_at=None):
+        self.memory, self.count, self.crash_at = None, 0, crash_at
+
+    def __call__(self, model, batch):
+        self.count += 1
+        if self.count == self.crash_at:
+            raise Crash
+        x, y = batch
+        out = model(x)
+        loss = nn.functional.mse_loss(out + (0 if self.memory is None else self.memory), y)
+        self.memory = out.detach().mean()
+        return loss, {}
+
+    def state_dict(self):
+        return {"memory": self.memory}
+
+    def load_state_dict(self, state):
+        self.memory = state["memory"]
+
+
+def _carried_run(ckpt, step, resume=False):
+    model = make_model(seed=1, dropout=0.0)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    loader = train.make_loader(regression_data(), 16, shuffle=True, seed=5)
+    hist = train.fit(model, loader, optimizer=opt, step_fn=step, epochs=2, log_every=1, checkpoint=ckpt,
+                     checkpoint_every=4, resume=resume, progress=False)
+    return model, hist
+
+
+def test_a_stateful_step_resumes_from_its_saved_state(tmp_path):
+    ref_model, ref_hist = _carried_run(tmp_path / "ref.pt", CarriedStep())
+    with pytest.raises(Crash):
+        _carried_run(tmp_path / "run.pt", CarriedStep(crash_at=11))
+    saved = train.load_checkpoint(tmp_path / "run.pt", make_model(dropout=0.0))
+    assert saved["step"] == 8 and saved["extra"]["step_state"]["memory"] is not None
+    model, hist = _carried_run(tmp_path / "run.pt", CarriedStep(), resume=True)     # a new process: no memory
+    assert hist.records == ref_hist.records
+    assert all(torch.equal(a, b) for a, b in zip(ref_model.parameters(), model.parameters()))
+    # a checkpoint written by a step without state cannot resume a stateful one
+    _carried_run(tmp_path / "plain.pt", lambda m, b: mse_step(m, b))
+    with pytest.raises(train.CheckpointError, match="holds no state of the step function"):
+        _carried_run(tmp_path / "plain.pt", CarriedStep(), resume=True)

@@ -148,6 +148,11 @@ def _xlnet(config: Mapping[str, Any]) -> nn.Module:
     return XLNet(XLNetConfig(**config))
 
 
+def _bilstm(config: Mapping[str, Any]) -> nn.Module:
+    from lib.models.bilstm_attention import BiLSTMAttentionClassifier, BiLSTMConfig
+    return BiLSTMAttentionClassifier(BiLSTMConfig(**config))
+
+
 def _bart(config: Mapping[str, Any]) -> nn.Module:
     from lib.models.bart import Bart, BartConfig
     return Bart(BartConfig(**config))
@@ -176,7 +181,7 @@ def _transformer(config: Mapping[str, Any]) -> nn.Module:
 #: kind -> a function that builds the (untrained) model from the registered configuration.
 MODEL_KINDS: dict[str, Callable[[Mapping[str, Any]], nn.Module]] = {"bert-mlm": _bert, "gpt-lm": _gpt,
                                                                      "switch-gpt": _switch_gpt, "char-lm": _char_lm,
-                                                                     "txl-lm": _txl, "xlnet-plm": _xlnet,
+                                                                     "txl-lm": _txl, "xlnet-plm": _xlnet, "bilstm-classify": _bilstm,
                                                                      "bart-denoise": _bart, "bart-chat": _bart, "elmo-bilm": _elmo,
                                                                      "t5-span": _t5, "t5-task": _t5, "seq2seq": _seq2seq,
                                                                      "transformer": _transformer}

@@ -350,8 +350,10 @@ def batchify(ids: torch.Tensor, batch_size: int) -> torch.Tensor:
 def evaluate_with_memory(model: TransformerXL, stream: torch.Tensor, seg_len: int, mem_len: int) -> dict:
     """Mean next-token loss over ``stream (B, N)``, read one segment of ``seg_len`` at a time with
     ``mem_len`` positions of memory (0: every segment starts from nothing). Every token but the
-    first of each row is predicted once. Returns ``{"loss", "tokens", "seconds", "loss_by_offset"}``,
-    the last the mean loss at each offset ``0 .. seg_len - 1`` inside a segment."""
+    first of each row is predicted once. Returns ``{"loss", "tokens", "seconds", "loss_by_offset",
+    "segment_losses"}``: the mean loss at each offset ``0 .. seg_len - 1`` inside a segment, and the mean
+    loss of every row's every segment, ``(B, segments)`` (the items a paired comparison of two memories
+    reads: the same characters, predicted with each)."""
     check_tensor("stream", stream, dtype=torch.long, dim=2, what="(batch, time)")
     check_int("seg_len", seg_len, 1)
     check_int("mem_len", mem_len, 0)
@@ -361,6 +363,7 @@ def evaluate_with_memory(model: TransformerXL, stream: torch.Tensor, seg_len: in
     total, count, mems = 0.0, 0, None
     by_offset = torch.zeros(seg_len, dtype=torch.float64)          # summed loss per offset in a segment
     seen = torch.zeros(seg_len, dtype=torch.float64)
+    segments = []
     for s in range(0, stream.shape[1] - 1, seg_len):
         y = stream[:, s + 1:s + seg_len + 1]
         x = stream[:, s:s + y.shape[1]]
@@ -370,9 +373,10 @@ def evaluate_with_memory(model: TransformerXL, stream: torch.Tensor, seg_len: in
         count += y.numel()
         by_offset[:y.shape[1]] += losses.sum(0).double().cpu()
         seen[:y.shape[1]] += y.shape[0]
+        segments.append(losses.mean(1).double().cpu())
     model.train(was_training)
     return {"loss": total / count, "tokens": count, "seconds": time.perf_counter() - start,
-            "loss_by_offset": (by_offset / seen.clamp(min=1)).tolist()}
+            "loss_by_offset": (by_offset / seen.clamp(min=1)).tolist(), "segment_losses": torch.stack(segments, 1)}
 
 
 @torch.no_grad()

@@ -262,6 +262,54 @@ def test_the_xlnet_recipe_gives_every_window_its_own_order(data_mirror, tmp_path
     assert_the_card_reports_the_stored_weights(ckpt, result, "xlnet-plm", falls=False)
 
 
+def test_the_review_recipe_trains_a_classifier_on_its_training_reviews_and_keeps_its_best(data_mirror, tmp_path):
+    from lib.data import reviews
+    from lib.models.bilstm_attention import BiLSTMAttentionClassifier
+    whole, parts = tmp_path / "whole", tmp_path / "parts"
+    result = pretrain.main(["bilstm-tiny", "--out", str(whole / "out"), "--scratch", str(whole / "s")])
+    ckpt = checkpoints.load("bilstm-tiny", root=whole / "out")
+    assert isinstance(ckpt.model, BiLSTMAttentionClassifier) and ckpt.model.attention is not None
+    recipe = pretrain.RECIPES["bilstm-tiny"]
+    rows = reviews.rows("imdb-sentiment", "train")
+    keep, held = reviews.validation_split(len(rows), recipe.validation)
+    assert len(held) == 50 and not set(keep) & set(held) and len(keep) + len(held) == len(rows)
+    # the vocabulary is the training part's; the validation reviews are scored as their last 20 words
+    assert ckpt.tokenizer.itos == reviews.train_tokenizer("imdb-sentiment", [rows[i]["text"] for i in keep], 50).itos
+    ids, _ = reviews.encode(ckpt.tokenizer, [rows[i]["text"] for i in held], 20)
+    validation = list(zip(ids, [rows[i]["label"] for i in held]))
+    correct, losses = reviews.predictions(ckpt.model, validation)
+    assert pretrain.heldout_loss(ckpt.model, result["heldout"], "bilstm-classify") == pytest.approx(losses.mean(),
+                                                                                                  abs=1e-6)
+    card = result["card"]
+    curve = card["heldout"]["curve"]
+    assert card["training"]["kept"]["step"] == min(curve, key=lambda c: c["heldout_loss"])["step"]
+    assert "nats/review" in (whole / "out" / "bilstm-tiny" / "card.md").read_text()
+    assert_the_card_reports_the_stored_weights(ckpt, result, "bilstm-classify", falls=False)
+    # stopped after its first chunk and resumed: the same weights
+    assert pretrain.main(["bilstm-tiny", "--out", str(parts / "out"), "--scratch", str(parts / "s"),
+                          "--minutes", "0"]) == {"card": None}
+    pretrain.main(["bilstm-tiny", "--out", str(parts / "out"), "--scratch", str(parts / "s")])
+    a, b = (read_checkpoint(d / "s" / "bilstm-tiny" / "state.pt") for d in (whole, parts))
+    assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
+
+
+def test_the_chapter_2_recipes_read_three_passes_of_their_training_reviews(data_mirror):
+    from lib.data import reviews, nsmc
+    from tools.pretrain.reviews import TRAINED_ON
+    sizes = {"imdb-sentiment": 25_000, "nsmc-sentiment": len(nsmc.sentiment_split().train)}
+    for name, recipe in pretrain.RECIPES.items():
+        if recipe.kind == "bilstm-classify" and not name.endswith("tiny"):
+            kept, _ = reviews.validation_split(sizes[recipe.corpus], recipe.validation)
+            assert TRAINED_ON[recipe.corpus] == len(kept) and recipe.tokens == 3 * len(kept), name
+    base = pretrain.RECIPES["bilstm-tiny"]
+    with pytest.raises(ValueError, match="with a validation split"):
+        dataclasses.replace(base, validation=0.0, keep_best=False)
+    with pytest.raises(ValueError, match="counting reviews"):
+        dataclasses.replace(base, kind="gpt-lm")
+    with pytest.raises(ValueError, match="is read as 'words'"):
+        dataclasses.replace(base, tokenizer="bpe")
+
+
 def test_a_character_recipe_must_read_a_character_corpus():
     recipe = pretrain.RECIPES["switch-shakespeare-tiny"]
     with pytest.raises(ValueError, match="read as characters"):
@@ -550,7 +598,7 @@ def test_a_pair_run_resumes_exactly_and_loads_with_its_vocabularies(data_mirror,
 def test_a_pair_recipe_must_say_what_it_reads():
     base = pretrain.RECIPES["s2s-attention-tiny"]
     with pytest.raises(ValueError, match="counts pairs"):
-        dataclasses.replace(base, unit="tokens")
+        dataclasses.replace(base, kind="gpt-lm")
     with pytest.raises(ValueError, match="a vocabulary for each side"):
         dataclasses.replace(base, target_vocab_size=None)
     with pytest.raises(ValueError, match="schedule must be one of"):

@@ -122,7 +122,8 @@ def main(argv: list[str] | None = None) -> dict | None:
     _barrier()
     run = Run(recipe, tokens, snapshots, scratch, out, canonical_command(recipe.name, tokens, snapshots, args.set), dev,
               provenance=git_commit())
-    per_step = f"{recipe.batch_size} pairs" if recipe.unit == "pairs" else f"{recipe.batch_size} x {recipe.seq_len} tokens"
+    per_step = (f"{recipe.batch_size} {recipe.unit}" if recipe.unit in ("pairs", "reviews") else
+                f"{recipe.batch_size} x {recipe.seq_len} tokens")
     say(f"{recipe.name}: {run.steps:,} steps of {per_step} = {token_label(run.steps * recipe.tokens_per_step)} "
         f"{recipe.unit} | {device.summary(dev, recipe=False)}")
     result = train_run(run, args.minutes, say)

@@ -144,7 +144,8 @@ def write_output(run: Run, result: dict, say: Callable[[str], None] = print) -> 
                      "schedule": (f"linear warm-up over {recipe.warmup:.0%} of the steps, cosine to "
                                   f"{recipe.min_lr_ratio:g} x lr" if recipe.schedule == "cosine" else
                                   "constant (Adafactor's relative step: min(lr, 1/sqrt(step)))"
-                                  if recipe.schedule == "constant" else
+                                  if recipe.schedule == "constant" and recipe.optimizer == "adafactor" else
+                                  "constant" if recipe.schedule == "constant" else
                                   f"the Transformer's: warm-up over {recipe.warmup:.0%} of the steps, then 1/sqrt(step), "
                                   f"x d_model^-0.5 x {recipe.lr:g}"),
                      "label_smoothing": recipe.label_smoothing, "weight_decay": recipe.weight_decay,
@@ -179,10 +180,14 @@ def counts_text(counts: dict) -> str:
                      for k, v in counts.items())
 
 
+#: what a held-out loss is per, by the budget's unit
+HELDOUT_UNIT = {"tokens": "token", "pairs": "target word", "reviews": "review"}
+
+
 def card_markdown(card: dict) -> str:
     t, h, d = card["training"], card["heldout"], card["data"]
     unit = t.get("unit", "tokens")          # what the budget counts: tokens, or pairs for a translation model
-    per_step = f"{t['global_batch']} pairs" if unit == "pairs" else f"{t['global_batch']} x {t['seq_len']} tokens"
+    per_step = f"{t['global_batch']} {unit}" if unit in ("pairs", "reviews") else f"{t['global_batch']} x {t['seq_len']} tokens"
     vocab = (f"words, {card['tokenizer']['vocab_size']:,} English and {card['tokenizer']['target_vocab_size']:,} "
              f"French entries (`tokenizer.json` and `{card['tokenizer']['target_file']}`, shipped with the weights)"
              if "target_vocab_size" in card["tokenizer"] else
@@ -209,7 +214,7 @@ def card_markdown(card: dict) -> str:
                    if d["init_from"]["weights"] else ", from random weights.")] if "init_from" in d else []),
              f"- **Device**: {t['device']}; precision {t['precision']} (training), weights stored in "
              f"{h['stored_dtype']}.",
-             f"- **Held-out loss**: {h['loss']:.4f} nats/{'token' if unit == 'tokens' else 'target word'} in float32; "
+             f"- **Held-out loss**: {h['loss']:.4f} nats/{HELDOUT_UNIT.get(unit, 'token')} in float32; "
              "with the stored weights "
              + ", ".join(f"{k} {v:.4f}" for k, v in h["by_stored_dtype"].items())
              + f" (a dtype is used when within {h['tolerance_nats']:g} nats).",

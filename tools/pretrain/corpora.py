@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from lib.data import mlm
 from lib.io import atomic_write, sha256 as file_sha256
 from lib.train.loaders import epoch_seed
-from tools.pretrain import characters, tasks, translation
+from tools.pretrain import characters, reviews, tasks, translation
 from tools.pretrain.recipes import T5_SENTINELS, Recipe
 
 
@@ -103,6 +103,8 @@ def _data_fingerprint(recipe: Recipe) -> dict:
         fingerprint.update(seq_len=recipe.seq_len, target_vocab_size=recipe.target_vocab_size, seed=recipe.seed)
         if recipe.tasks:                    # t5-task: the counts name the tasks and the examples per task
             fingerprint.update(tasks=list(recipe.tasks), tokens=recipe.tokens)
+    elif recipe.unit == "reviews":          # the reviews are cut at seq_len; the validation share
+        fingerprint.update(seq_len=recipe.seq_len, validation=recipe.validation)
     elif recipe.tokenizer == "words":       # the words' byte table is cut at max_chars
         fingerprint["max_chars"] = recipe.model["max_chars"]
     return fingerprint
@@ -171,8 +173,9 @@ def prepare(recipe: Recipe, folder: Path) -> dict:
             raise SystemExit(f"{folder} holds data prepared for {meta['fingerprint']}, not for this recipe: "
                              "run with --fresh (or another --scratch)")
         return meta
-    if recipe.unit == "pairs" or recipe.tokenizer == "characters":
-        family = (tasks if recipe.kind == tasks.KIND else translation if recipe.unit == "pairs" else characters)
+    if recipe.unit in ("pairs", "reviews") or recipe.tokenizer == "characters":
+        family = (tasks if recipe.kind == tasks.KIND else translation if recipe.unit == "pairs" else
+                  reviews if recipe.unit == "reviews" else characters)
         meta = family.prepare(recipe, folder, _data_fingerprint(recipe))
         with atomic_write(meta_file, "w", encoding="utf-8") as f:
             json.dump(meta, f, indent=1, ensure_ascii=False)

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from lib import checkpoints
 from lib.data import mlm
-from tools.pretrain import tasks, translation
+from tools.pretrain import reviews, tasks, translation
 from tools.pretrain.corpora import masked_logits
 
 DTYPE_TOLERANCE = 1e-3      # nats: a stored dtype may change the held-out loss by at most this much
@@ -29,6 +29,10 @@ def heldout_loss(model, batches: list, kind: str, other_input: bool = False) -> 
         if other_input:
             raise ValueError(f"other_input is not measured for {kind}")
         return (tasks if kind == tasks.KIND else translation).heldout_loss(model, batches)
+    if kind == reviews.KIND:             # the validation reviews' mean binary cross-entropy
+        if other_input:
+            raise ValueError(f"other_input is not measured for {kind}")
+        return reviews.reviews.mean_loss(model, batches)
     if kind == "txl-lm":                 # the held-out streams, read a segment at a time with the trained memory
         from lib.models.transformer_xl import evaluate_with_memory
         (stream, seg_len), = batches

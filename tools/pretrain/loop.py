@@ -18,7 +18,7 @@ import torch
 
 from lib import checkpoints, device, train
 from lib.train.checkpoint import read_checkpoint
-from tools.pretrain import card, characters, tasks, translation
+from tools.pretrain import card, characters, reviews, tasks, translation
 from tools.pretrain.card import _read_json, _write_json, git_commit
 from tools.pretrain.corpora import STEP_FNS, make_dataset, prepare
 from tools.pretrain.evaluation import ENCODER_DECODER_KINDS, heldout_loss
@@ -32,6 +32,8 @@ def build_training(recipe: Recipe, data_folder: Path) -> tuple:
         return tasks.build_training(recipe, data_folder)
     if recipe.unit == "pairs":
         return translation.build_training(recipe, data_folder)
+    if recipe.unit == "reviews":
+        return reviews.build_training(recipe, data_folder)
     if recipe.tokenizer == "characters":
         return characters.build_training(recipe, data_folder)
     from lib.text import SubwordTokenizer, WordVocab
@@ -171,6 +173,7 @@ def train_run(run: Run, minutes: float | None, say: Callable[[str], None] = prin
     snapshot_steps = run.snapshot_steps()
     history = None
     step_fn = (tasks.step if recipe.kind == tasks.KIND else translation.step_fn(recipe) if recipe.unit == "pairs" else
+               reviews.step if recipe.unit == "reviews" else
                characters.step_fn(recipe) if recipe.tokenizer == "characters" else STEP_FNS[recipe.kind])
 
     def evaluate(m):

@@ -11,7 +11,7 @@ from typing import Any, Callable
 import torch
 
 from lib.models.t5 import COURSE_SENTINELS
-from tools.pretrain import characters, tasks, translation
+from tools.pretrain import characters, reviews, tasks, translation
 
 T5_SENTINELS = COURSE_SENTINELS   # t5-span: <extra_id_0> is the model's last id, <extra_id_31> the 32nd from the end
 
@@ -55,7 +55,8 @@ class Recipe:
     vocab_size: int = 8000
     lowercase: bool = False
     seq_len: int = 64               # tokens per packed sequence; translation: the longest training sentence, in words
-    unit: str = "tokens"            # what a step's batch counts: "tokens" (packed sequences) or "pairs" (translation)
+    unit: str = "tokens"            # what a step's batch counts: "tokens" (packed sequences), "pairs" (translation)
+                                    # or "reviews" (chapter 2's classifiers: tools/pretrain/reviews.py)
     target_vocab_size: int | None = None  # translation: the target side's vocabulary (vocab_size is the source's)
     clip_grad: float | None = None  # gradient-norm clipping (lib.train.fit's clip_grad)
     label_smoothing: float = 0.0    # translation family: the training loss's label smoothing
@@ -104,8 +105,17 @@ class Recipe:
         if (self.span_loss or self.span_lr is not None) and self.model.get("attention") != "adaptive":
             raise ValueError(f"recipe {self.name}: span_loss and span_lr are for a char-lm with adaptive spans "
                              "(model attention='adaptive')")
-        if (self.init_from is not None or self.validation) and self.unit != "pairs":
-            raise ValueError(f"recipe {self.name}: init_from and validation are for the pair family (unit='pairs')")
+        if self.init_from is not None and self.unit != "pairs":
+            raise ValueError(f"recipe {self.name}: init_from is for the pair family (unit='pairs')")
+        if self.validation and self.unit not in ("pairs", "reviews"):
+            raise ValueError(f"recipe {self.name}: validation is for the pair and the review families "
+                             "(unit='pairs' or 'reviews')")
+        if (self.unit == "reviews") != (self.kind == reviews.KIND) or (
+                self.kind == reviews.KIND and (self.corpus not in reviews.CORPORA or not self.validation)):
+            raise ValueError(f"recipe {self.name}: a {reviews.KIND} model reads a review corpus "
+                             f"({', '.join(reviews.CORPORA)}) with a validation split, counting reviews "
+                             f"(unit='reviews'), and only it does; got kind {self.kind}, corpus {self.corpus!r}, "
+                             f"unit {self.unit!r} and validation {self.validation!r}")
         if (self.init_from is not None) != (self.kind in translation.INIT_KINDS):
             raise ValueError(f"recipe {self.name}: a {', '.join(sorted(translation.INIT_KINDS))} model starts from a "
                              "registered checkpoint's network and tokenizer (init_from), and only it does")
@@ -129,14 +139,18 @@ class Recipe:
             if (self.tokenizer == "words") != (self.target_vocab_size is not None):
                 raise ValueError(f"recipe {self.name}: a pair recipe reads words with a vocabulary for each side "
                                  "(tokenizer='words' and target_vocab_size), or subwords with one for both")
+        elif self.unit == "reviews":
+            if self.tokenizer != reviews.CORPORA[self.corpus][0]:
+                raise ValueError(f"recipe {self.name}: {self.corpus} is read as "
+                                 f"{reviews.CORPORA[self.corpus][0]!r}, not {self.tokenizer!r}")
         elif self.tokenizer != "characters" and (self.tokenizer == "words") != (self.kind == "elmo-bilm"):
             raise ValueError(f"recipe {self.name}: an elmo-bilm model reads words (tokenizer='words'), and only it does; "
                              f"got kind {self.kind} with tokenizer {self.tokenizer!r}")
 
     @property
     def tokens_per_step(self) -> int:
-        """The budget's unit read per step: tokens of packed sequences, or pairs (``unit="pairs"``)."""
-        return self.batch_size * (1 if self.unit == "pairs" else self.seq_len)
+        """The budget's unit read per step: tokens of packed sequences, or pairs or reviews."""
+        return self.batch_size * (1 if self.unit in ("pairs", "reviews") else self.seq_len)
 
     @property
     def source_len(self) -> int:
@@ -154,6 +168,8 @@ class Recipe:
             from lib.text import SPECIAL_IDS
             return {**self.model, "vocab_size": vocab_size + T5_SENTINELS, "pad_id": SPECIAL_IDS["pad"],
                     "eos_id": SPECIAL_IDS["eos"], "decoder_start_id": SPECIAL_IDS["pad"]}
+        if self.kind == reviews.KIND:
+            return reviews.model_config(vocab_size, **self.model)
         if self.kind in characters.RELATIVE_KINDS:   # relative positions: no length in the network
             return {**self.model, "vocab_size": vocab_size}
         return {**self.model, "vocab_size": vocab_size, "block_size": self.seq_len}
@@ -335,6 +351,19 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in [
              warmup=0.05, tokens=500 * 16 * 64, eval_every_tokens=100 * 16 * 64, log_every_tokens=25 * 16 * 64,
              heldout_sequences=1_000, seed=seed)
       for seed in (0, 1, 2)],
+    *[Recipe(f"bilstm-{arm}-{data}{'' if seed == 0 else f'-seed{seed}'}", "bilstm-classify",
+             f"BiLSTM sentiment classifier (2 layers of 64 cells each way) {what}, on {name}'s training reviews less "
+             f"a validation share{'' if seed == 0 else f', seed {seed}'} (chapter 2)", corpus=f"{data}-sentiment",
+             tokenizer=tokenizer, vocab_size=vocab, model=dict(attention=arm == "attention", attn_hidden=64),
+             seq_len=max_len, unit="reviews", batch_size=batch, optimizer="adamw", lr=1e-3, weight_decay=0.0,
+             schedule="constant", warmup=0.0, tokens=3 * reviews.TRAINED_ON[f"{data}-sentiment"],
+             eval_every_tokens=reviews.TRAINED_ON[f"{data}-sentiment"] // evals_per_pass,
+             log_every_tokens=10 * batch, validation=share, keep_best=True, seed=seed)
+      for data, name, tokenizer, vocab, max_len, batch, share, evals_per_pass in (
+          ("imdb", "IMDB", "words", 10_000, 500, 256, 0.1, 2), ("nsmc", "NSMC", "bpe", 8_000, 128, 128, 0.05, 4))
+      for arm, what in (("attention", "with Bahdanau attention over its states"),
+                        ("baseline", "reading its final states only"))
+      for seed in (0, 1, 2)],
     Recipe("ko-bert-tiny", "bert-mlm", "test recipe: ko-bert's code at toy size", corpus="nsmc-first-3000",
            model=dict(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64), vocab_size=400,
            seq_len=32, batch_size=8, tokens=8 * 32 * 12, eval_every_tokens=8 * 32 * 4, log_every_tokens=8 * 32,
@@ -397,6 +426,10 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in [
            tokenizer="characters", model=dict(n_layer=1, n_head=2, d_model=16, d_inner=32, dropout=0.1),
            seq_len=12, batch_size=4, optimizer="adamw-beta2-0.99", clip_grad=1.0, tokens=4 * 12 * 12,
            eval_every_tokens=4 * 12 * 4, log_every_tokens=4 * 12, heldout_sequences=8),
+    Recipe("bilstm-tiny", "bilstm-classify", "test recipe: chapter 2's classifier code at toy size",
+           corpus="imdb-sentiment", tokenizer="words", vocab_size=50, model=dict(attention=True, attn_hidden=8),
+           seq_len=20, unit="reviews", batch_size=16, weight_decay=0.0, schedule="constant", warmup=0.0,
+           tokens=16 * 6, eval_every_tokens=16 * 2, log_every_tokens=16, validation=0.002, keep_best=True),
     Recipe("gpt-imdb-tiny", "gpt-lm", "test recipe: gpt-imdb's code at toy size", corpus="nsmc-first-3000",
            model=dict(n_layer=2, n_head=2, n_embd=32, dropout=0.1), vocab_size=400, seq_len=32, batch_size=8,
            tokens=8 * 32 * 12, eval_every_tokens=8 * 32 * 4, log_every_tokens=8 * 32, heldout_every=10,

@@ -229,6 +229,13 @@ def test_evaluate_with_memory_equals_one_pass_when_the_memory_holds_everything()
     short = evaluate_with_memory(model, stream, 4, 0)          # fragmented: differs
     assert short["loss"] != pytest.approx(one_pass, abs=1e-3)
     assert short["tokens"] == 24 and len(short["loss_by_offset"]) == 4
+    # each row's segments: 12 predicted characters in segments of 4, each segment's own mean loss
+    with torch.no_grad():
+        first = torch.nn.functional.cross_entropy(model(stream[:, :4], mem_len=0)[0].flatten(0, 1),
+                                                  stream[:, 1:5].flatten(), reduction="none").view(2, 4).mean(1)
+    assert short["segment_losses"].shape == (2, 3)
+    assert torch.allclose(short["segment_losses"][:, 0].float(), first, atol=1e-5)
+    assert short["segment_losses"].mean().item() == pytest.approx(short["loss"], abs=1e-5)
 
 
 def test_sliding_window_predicts_from_the_window_before_each_token():

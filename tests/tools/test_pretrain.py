@@ -678,8 +678,10 @@ def test_only_a_pair_recipe_starts_from_a_checkpoint_and_keeps_its_best_on_valid
         dataclasses.replace(base, validation=0.0)
     with pytest.raises(ValueError, match="share of the training questions"):
         dataclasses.replace(base, validation=0.7)
-    with pytest.raises(ValueError, match="for the pair family"):
+    with pytest.raises(ValueError, match="validation is for the pair and the review families"):
         dataclasses.replace(pretrain.RECIPES["ko-bert-tiny"], validation=0.1)
+    with pytest.raises(ValueError, match="init_from is for the pair family"):
+        dataclasses.replace(pretrain.RECIPES["bilstm-tiny"], init_from="bart-ko")
 
 
 def test_the_t5_task_models_read_chapter_11s_stream_from_t5_mix_and_never_a_test_item(data_mirror, tmp_path):

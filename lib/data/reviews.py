@@ -25,9 +25,9 @@ import torch.nn.functional as F
 
 from lib.text import SPECIAL_IDS
 
-#: corpus -> (how it is read, the data files of its training reviews, those of its test reviews)
-CORPORA = {"imdb-sentiment": ("words", (("imdb", "imdb_train.csv.gz"),), (("imdb", "imdb_test.csv.gz"),)),
-           "nsmc-sentiment": ("bpe", (("nsmc_raw", "nsmc_raw_reviews.csv.gz"),), (("nsmc_raw", "nsmc_raw_reviews.csv.gz"),))}
+#: corpus -> (how it is read, the data files of its training reviews)
+CORPORA = {"imdb-sentiment": ("words", (("imdb", "imdb_train.csv.gz"),)),
+           "nsmc-sentiment": ("bpe", (("nsmc_raw", "nsmc_raw_reviews.csv.gz"),))}
 PAD = SPECIAL_IDS["pad"]          # id 0, for the word vocabulary and the subword tokenizer alike
 SPLIT_SEED = 0                    # the validation split: one fixed draw for every seed of a recipe
 

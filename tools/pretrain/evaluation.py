@@ -32,7 +32,7 @@ def heldout_loss(model, batches: list, kind: str, other_input: bool = False) -> 
     if kind == reviews.KIND:             # the validation reviews' mean binary cross-entropy
         if other_input:
             raise ValueError(f"other_input is not measured for {kind}")
-        return reviews.reviews.mean_loss(model, batches)
+        return reviews.heldout_loss(model, batches)
     if kind == "txl-lm":                 # the held-out streams, read a segment at a time with the trained memory
         from lib.models.transformer_xl import evaluate_with_memory
         (stream, seg_len), = batches

@@ -25,18 +25,13 @@ from lib.data import reviews
 from lib.io import sha256 as file_sha256
 
 KIND = "bilstm-classify"
-UNIT = "reviews"
 CORPORA = reviews.CORPORA
 model_config = reviews.model_config
 step = reviews.step
+heldout_loss = reviews.mean_loss       # the validation reviews' mean binary cross-entropy
 #: the reviews trained on in each corpus's recipes (the training reviews less the validation share): a
 #: recipe's budget is three passes over them (checked against the prepared data by the tests)
 TRAINED_ON = {"imdb-sentiment": 22_500, "nsmc-sentiment": 184_762}
-
-
-def _tokenizer_class(corpus: str):
-    from lib.text import SubwordTokenizer, WordVocab
-    return WordVocab if reviews.CORPORA[corpus][0] == "words" else SubwordTokenizer
 
 
 def _flat(examples: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -86,7 +81,8 @@ def prepare(recipe, folder: Path, fingerprint: dict) -> dict:
 
 def build_training(recipe, folder: Path) -> tuple:
     """(tokenizer, the training loader, the validation batches, the classifier from the seed)."""
-    tok = _tokenizer_class(recipe.corpus).load(folder / "tokenizer.json")
+    from lib.text import load_vocabulary
+    tok = load_vocabulary(folder / "tokenizer.json")       # a WordVocab (IMDB) or a BPE tokenizer (NSMC)
     streams = torch.load(folder / "streams.pt", weights_only=True)
     train = _unflat(streams["train_ids"], streams["train_starts"], streams["train_labels"])
     held = _unflat(streams["heldout_ids"], streams["heldout_starts"], streams["heldout_labels"])

@@ -12,7 +12,9 @@ Where the files live
 --------------------
 ``checkpoints/`` in the repository holds them, ``<name>/model.safetensors``, ``<name>/tokenizer.json``,
 ``<name>/card.json`` and ``card.md`` (and ``<name>/snapshots/`` for the few intermediate weights an
-emergence plot needs), with ``checkpoints/registry.json``, the registry itself. Only
+emergence plot needs), with ``checkpoints/registry.json``, the registry itself. A tokenizer that
+several checkpoints ship byte for byte (the seeds of a recipe) is stored once: the registry names
+the one file each uses (``python -m tools.pretrain.restore --share-tokenizers``). Only
 ``python -m tools.pretrain <recipe>`` writes them (the registry entry last, once its files are in
 place). When ``COURSE_CHECKPOINT_MIRROR`` names a folder with the same layout (a published copy,
 a shared disk), a file missing from the repository is looked for there.

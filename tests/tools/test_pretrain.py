@@ -821,3 +821,15 @@ def test_a_checkpoint_started_from_another_shares_its_tokenizer_file(data_mirror
     pretrain.main(["chatbot-bart-tiny", "--out", str(root), "--scratch", str(tmp_path / "scratch"), "--fresh"])
     assert checkpoints.info("chatbot-bart-tiny", root).files["tokenizer"].path == "bart-ko/tokenizer.json"
     assert not copy.exists()
+    # another run that ships the same bytes in its own folder (a seed, the other arm of a comparison):
+    # its copy goes, and the file two entries already name is the one kept, though its path is longer
+    twin = root / "twin"
+    twin.mkdir()
+    shutil.copy(root / "bart-ko" / "tokenizer.json", twin / "tokenizer.json")
+    info = checkpoints.info("chatbot-bart-tiny", root)
+    checkpoints.register(dataclasses.replace(info, name="twin", files={
+        **info.files, "tokenizer": checkpoints.file_entry(root, "twin/tokenizer.json")}), root)
+    assert restore.share_tokenizers(root) == size and not (twin / "tokenizer.json").exists()
+    assert checkpoints.info("twin", root).files["tokenizer"].path == "bart-ko/tokenizer.json"
+    assert checkpoints.info("bart-ko", root).files["tokenizer"].path == "bart-ko/tokenizer.json"
+    assert restore.share_tokenizers(root) == 0

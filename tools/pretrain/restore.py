@@ -3,7 +3,7 @@
 ::
 
     python -m tools.pretrain.restore chatbot-ko s2s-attention-fra-eng   # each in the smallest dtype that holds
-    python -m tools.pretrain.restore --share-tokenizers                 # one tokenizer file per family
+    python -m tools.pretrain.restore --share-tokenizers                 # one copy of each tokenizer file
 
 ``NAME ...``: the checkpoint's weights are read back (float32), its recipe's held-out batches are built
 again, and the weights are rounded to every storage dtype (``evaluation.DTYPES``; int8 with a scale per
@@ -16,9 +16,9 @@ family (chapters 1, 3, 4, 10 and 11) qualifies: its held-out batches need the sp
 vocabularies only; so does the character family (chapters 5 and 12): its vocabulary is rebuilt from the
 text, checked against the shipped one, and its validation windows drawn again.
 
-``--share-tokenizers``: a checkpoint that started from another (``init_from``) and ships the same
-tokenizer file (the same SHA-256) registers that checkpoint's file instead of its own copy, which is
-deleted. Nothing a page reads changes: the same bytes, one copy.
+``--share-tokenizers``: checkpoints that ship the same tokenizer file (the same SHA-256: the seeds of a
+recipe, the arms trained on one dataset, a checkpoint and the one it started from) register one copy
+and the others are deleted. Nothing a page reads changes: the same bytes, one copy.
 """
 from __future__ import annotations
 
@@ -106,27 +106,40 @@ def restore(name: str, root: Path, say=print) -> str:
 
 
 def share_tokenizers(root: Path, say=print) -> int:
-    """Point every checkpoint that ships its ``init_from`` checkpoint's tokenizer (the same SHA-256) at
-    that file, and delete the copy; returns the bytes saved."""
+    """Register one file for every group of checkpoints that ship the same tokenizer (``tokenizer``,
+    ``target_tokenizer``: the same SHA-256), and delete the other copies; returns the bytes saved.
+
+    The seeds of a recipe, the arms of a comparison trained on the same data and a checkpoint that
+    started from another (``init_from``) ship byte-identical vocabularies. The copy kept is the one
+    most entries already name, then the shortest path (``bart-ko/`` before ``chatbot-bart/``, a recipe
+    before its ``-seed1``)."""
     saved = 0
     registry = checkpoints.registry(root)
-    for name, info in registry.items():
-        card_file = root / name / "card.json"
-        if "@" in name or not card_file.is_file():
+    groups: dict[str, set[str]] = {}
+    for info in registry.values():
+        for key, entry in info.files.items():
+            if key not in ("weights", "card", "card_md"):
+                groups.setdefault(entry.sha256, set()).add(entry.path)
+    for digest, paths in groups.items():
+        if len(paths) < 2:
             continue
-        source = json.loads(card_file.read_text()).get("data", {}).get("init_from", {}).get("name")
-        if source not in registry or "tokenizer" not in info.files:
-            continue
-        ours, theirs = info.files["tokenizer"], registry[source].files["tokenizer"]
-        if ours.path == theirs.path or ours.sha256 != theirs.sha256:
-            continue
-        checkpoints.register(checkpoints.CheckpointInfo(name=info.name, kind=info.kind, config=info.config,
-                                                        files={**info.files, "tokenizer": theirs},
-                                                        command=info.command, description=info.description), root)
-        if not any(f.path == ours.path for n, e in checkpoints.registry(root).items() for f in e.files.values()):
-            (root / ours.path).unlink(missing_ok=True)
-            saved += ours.size
-        say(f"{name}: tokenizer -> {theirs.path} (the same file as {source}'s)")
+        users = {p: sum(f.path == p for e in registry.values() for f in e.files.values()) for p in paths}
+        kept = min(paths, key=lambda p: (-users[p], len(p), p))
+        kept_entry = checkpoints.file_entry(root, kept)
+        if kept_entry.sha256 != digest:
+            raise SystemExit(f"{root / kept}: its SHA-256 is not the registry's: the folder changed since "
+                             "it was registered; nothing was shared")
+        for name, info in registry.items():
+            moved = {k: kept_entry for k, f in info.files.items() if f.sha256 == digest and f.path != kept}
+            if moved:
+                registry[name] = info = checkpoints.CheckpointInfo(
+                    name=info.name, kind=info.kind, config=info.config, files={**info.files, **moved},
+                    command=info.command, description=info.description)
+                checkpoints.register(info, root)
+                say(f"{name}: {', '.join(moved)} -> {kept} (the same file)")
+        for p in sorted(paths - {kept}):
+            (root / p).unlink(missing_ok=True)
+            saved += kept_entry.size
     return saved
 
 
@@ -134,7 +147,7 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m tools.pretrain.restore", description=__doc__.split("\n\n")[0])
     ap.add_argument("names", nargs="*", help="registered checkpoints to store again in the smallest dtype that holds")
     ap.add_argument("--share-tokenizers", action="store_true",
-                    help="one tokenizer file for a checkpoint and those that started from it")
+                    help="one copy of every tokenizer file that several checkpoints ship")
     ap.add_argument("--root", type=Path, default=checkpoints.CHECKPOINT_DIR, help="the checkpoint folder")
     args = ap.parse_args(argv)
     if not args.names and not args.share_tokenizers:

@@ -774,17 +774,22 @@ def test_restore_stores_a_pair_checkpoint_smaller_only_when_its_held_out_loss_ho
     with pytest.raises(SystemExit, match="no dtype keeps its held-out loss"):
         restore.restore("s2s-attention-tiny", root)
     assert checkpoints.info("s2s-attention-tiny", root) == after
-    with pytest.raises(SystemExit, match="only the sentence-pair and the character"):
+    with pytest.raises(SystemExit, match="only the sentence-pair, review and character"):
         restore._heldout("t5-mix", checkpoints.CHECKPOINT_DIR)
 
 
-def test_restore_rebuilds_a_character_models_held_out_windows(data_mirror, tmp_path, monkeypatch):
-    from tools.pretrain import card as card_module, restore
-    monkeypatch.setattr(card_module, "storage_dtype", lambda losses: "float32")     # trained before int8
-    pretrain.main(["switch-shakespeare-tiny", "--out", str(tmp_path / "out"), "--scratch", str(tmp_path / "s")])
+def trained_before_int8(tmp_path, monkeypatch, recipe: str) -> tuple[Path, dict]:
+    """(the output folder, the card) of ``recipe`` trained with its weights stored in float32."""
+    from tools.pretrain import card as card_module
+    monkeypatch.setattr(card_module, "storage_dtype", lambda losses: "float32")
+    pretrain.main([recipe, "--out", str(tmp_path / "out"), "--scratch", str(tmp_path / "s")])
     monkeypatch.undo()
-    root = tmp_path / "out"
-    trained = json.loads((root / "switch-shakespeare-tiny" / "card.json").read_text())
+    return tmp_path / "out", json.loads((tmp_path / "out" / recipe / "card.json").read_text())
+
+
+def test_restore_rebuilds_a_character_models_held_out_windows(data_mirror, tmp_path, monkeypatch):
+    from tools.pretrain import restore
+    root, trained = trained_before_int8(tmp_path, monkeypatch, "switch-shakespeare-tiny")
     batches = restore._heldout("switch-shakespeare-tiny", root)   # the windows the run was scored on
     model = checkpoints.load("switch-shakespeare-tiny", root=root).model
     assert pretrain.heldout_loss(model, batches, "switch-gpt") == pytest.approx(
@@ -801,6 +806,23 @@ def test_restore_rebuilds_a_character_models_held_out_windows(data_mirror, tmp_p
         files={**info.files, "tokenizer": checkpoints.file_entry(root, info.files["tokenizer"].path)}), root)
     with pytest.raises(SystemExit, match="another vocabulary"):
         restore._heldout("switch-shakespeare-tiny", root)
+
+
+def test_restore_rebuilds_a_review_models_validation_batches(data_mirror, tmp_path, monkeypatch):
+    from tools.pretrain import restore
+    root, trained = trained_before_int8(tmp_path, monkeypatch, "bilstm-tiny")
+    batches = restore._heldout("bilstm-tiny", root)       # the validation reviews, encoded again
+    _, _, scored, _ = pretrain.loop.build_training(pretrain.RECIPES["bilstm-tiny"], tmp_path / "s" / "bilstm-tiny" / "data")
+    assert len(batches) == len(scored) and all(torch.equal(a, b) for x, y in zip(batches, scored) for a, b in zip(x, y))
+    model = checkpoints.load("bilstm-tiny", root=root).model
+    assert pretrain.heldout_loss(model, batches, "bilstm-classify") == pytest.approx(
+        trained["heldout"]["by_stored_dtype"]["float32"], abs=1e-5)
+    assert restore.restore("bilstm-tiny", root) != "float32"
+    # other training reviews than the card's: refused before anything is scored
+    card = root / "bilstm-tiny" / "card.json"
+    card.write_text(card.read_text().replace(trained["data"]["corpus_sha256"], "0" * 64))
+    with pytest.raises(SystemExit, match="not the ones the checkpoint was trained on"):
+        restore._heldout("bilstm-tiny", root)
 
 
 def test_a_checkpoint_started_from_another_shares_its_tokenizer_file(data_mirror, tmp_path):

@@ -1,7 +1,6 @@
 """Held-out loss of a model of any family, and the dtype its weights are stored in."""
 from __future__ import annotations
 
-import copy
 
 import torch
 import torch.nn.functional as F
@@ -12,7 +11,9 @@ from tools.pretrain import reviews, tasks, translation
 from tools.pretrain.corpora import masked_logits
 
 DTYPE_TOLERANCE = 1e-3      # nats: a stored dtype may change the held-out loss by at most this much
-DTYPES = {"int8": torch.int8, "float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+#: the storages a checkpoint may be written in, smallest first (``lib.checkpoints.save_weights``)
+DTYPES = {"int8": torch.int8, checkpoints.INT8_EMBEDDINGS: checkpoints.INT8_EMBEDDINGS, "float16": torch.float16,
+          "bfloat16": torch.bfloat16, "float32": torch.float32}
 
 #: kinds whose model reads an input with an encoder: their evaluation also scores each held-out target
 #: after another example's input (``heldout_loss(..., other_input=True)``), so that a run shows whether
@@ -74,21 +75,14 @@ def heldout_loss(model, batches: list, kind: str, other_input: bool = False) -> 
 
 def rounded_losses(model, batches: list, kind: str) -> dict[str, float]:
     """The held-out loss with the weights as stored in each dtype (rounded, then computed in float32)."""
-    out = {}
-    for name, dtype in DTYPES.items():
-        twin = copy.deepcopy(model)
-        with torch.no_grad():
-            for p in list(twin.parameters()) + list(twin.buffers()):
-                if p.is_floating_point():
-                    p.copy_(checkpoints.as_stored(p, dtype))
-        out[name] = heldout_loss(twin, batches, kind)
-    return out
+    return {name: heldout_loss(checkpoints.rounded_copy(model, dtype), batches, kind) for name, dtype in DTYPES.items()}
 
 
 def storage_dtype(losses: dict[str, float]) -> str:
-    """The smallest of int8 (with scales: ``lib.checkpoints.INT8_GROUP``), float16 and bfloat16 whose held-out
-    loss is within DTYPE_TOLERANCE of float32's; else float32."""
-    for name in ("int8", "float16", "bfloat16"):
-        if abs(losses[name] - losses["float32"]) <= DTYPE_TOLERANCE:
+    """The smallest of int8 (with scales: ``lib.checkpoints.INT8_GROUP``), int8 embedding tables with float16
+    elsewhere, float16 and bfloat16 whose held-out loss is within DTYPE_TOLERANCE of float32's; else float32.
+    (A card written before a storage existed has no loss for it: that storage is not chosen.)"""
+    for name in ("int8", checkpoints.INT8_EMBEDDINGS, "float16", "bfloat16"):
+        if name in losses and abs(losses[name] - losses["float32"]) <= DTYPE_TOLERANCE:
             return name
     return "float32"

@@ -13,7 +13,8 @@ with the card (``restored``: from which dtype, the losses, the commit) and the r
 A checkpoint already in that dtype is left alone; a recipe whose held-out data cannot be rebuilt
 without its prepared corpus (the language-model family) is refused with the reason. The sentence-pair
 family (chapters 1, 3, 4, 10 and 11) qualifies: its held-out batches need the split and the shipped
-vocabularies only; so does the character family (chapters 5 and 12): its vocabulary is rebuilt from the
+vocabularies only; so does the review family (chapter 2: the validation share of the training reviews,
+encoded with the shipped tokenizer after the reviews' SHA-256 is checked), and the character family (chapters 5 and 12): its vocabulary is rebuilt from the
 text, checked against the shipped one, and its validation windows drawn again.
 
 ``--share-tokenizers``: checkpoints that ship the same tokenizer file (the same SHA-256: the seeds of a
@@ -32,7 +33,7 @@ from pathlib import Path
 
 from lib import checkpoints, device
 from lib.io import atomic_write, sha256 as file_sha256
-from tools.pretrain import characters, tasks, translation
+from tools.pretrain import characters, reviews, tasks, translation
 from tools.pretrain.card import _write_json, card_markdown, git_commit
 from tools.pretrain.evaluation import DTYPE_TOLERANCE, DTYPES, rounded_losses
 from tools.pretrain.recipes import RECIPES
@@ -44,11 +45,16 @@ def _heldout(name: str, root: Path) -> list:
     recipe = RECIPES.get(name)
     if recipe is None:
         raise SystemExit(f"{name}: no recipe of that name, so its held-out data cannot be rebuilt")
-    if recipe.unit != "pairs" and recipe.tokenizer != "characters":
+    if recipe.unit not in ("pairs", "reviews") and recipe.tokenizer != "characters":
         raise SystemExit(f"{name}: a {recipe.kind} checkpoint's held-out data is its prepared corpus (train it again "
-                         "with tools.pretrain to store it otherwise); only the sentence-pair and the character "
+                         "with tools.pretrain to store it otherwise); only the sentence-pair, review and character "
                          "families can be re-stored")
     info = checkpoints.info(name, root)
+    if recipe.unit == "reviews":           # the validation share of the training reviews, encoded again
+        from lib.text import load_vocabulary
+        card = json.loads((root / name / "card.json").read_text())
+        return reviews.validation_batches(recipe, load_vocabulary(checkpoints.path(name, "tokenizer", root)),
+                                          card["data"]["corpus_sha256"])
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         if recipe.tokenizer == "characters":      # the vocabulary is the text's characters: rebuilt, then checked

@@ -64,7 +64,6 @@ def prepare(recipe, folder: Path, fingerprint: dict) -> dict:
         truncated += int((lengths > recipe.seq_len).sum())
     with atomic_write(folder / "streams.pt", "wb") as f:
         torch.save(streams, f)
-    digest = hashlib.sha256("\0".join(f"{r['label']}{r['text']}" for r in rows).encode("utf-8")).hexdigest()
     return {"fingerprint": fingerprint, "documents": len(rows), "heldout_documents": len(held),
             "train_tokens": len(keep), "heldout_tokens": len(held),
             "heldout_rule": f"a fixed {recipe.validation:.0%} of the training reviews held out for validation (the "
@@ -72,11 +71,28 @@ def prepare(recipe, folder: Path, fingerprint: dict) -> dict:
             "counts": {"training_reviews": len(rows), "trained_on": len(keep), "validation": len(held),
                        "positive_trained_on": int(sum(rows[i]["label"] for i in keep)),
                        f"truncated_to_the_last_{recipe.seq_len}_tokens": truncated},
-            "corpus_sha256": digest,
+            "corpus_sha256": _digest(rows),
             "datasets": [{"dataset": d, "file": name, "sha256": data.REGISTRY[d].files[name].sha256}
                          for d, name in reviews.CORPORA[recipe.corpus][1]],
             "tokenizer_sha256": file_sha256(folder / "tokenizer.json"), "vocab_size": tok.vocab_size,
             "seconds": round(time.perf_counter() - start, 1)}
+
+
+def _digest(rows: list[dict]) -> str:
+    return hashlib.sha256("\0".join(f"{r['label']}{r['text']}" for r in rows).encode("utf-8")).hexdigest()
+
+
+def validation_batches(recipe, tok, corpus_sha256: str) -> list:
+    """A run's validation batches rebuilt from the training reviews and its shipped tokenizer ``tok``
+    (what ``tools.pretrain.restore`` scores), after checking that the reviews are the ones it read."""
+    rows = reviews.rows(recipe.corpus, "train")
+    if _digest(rows) != corpus_sha256:
+        raise SystemExit(f"{recipe.name}: the training reviews of {recipe.corpus} are not the ones the checkpoint was "
+                         "trained on (another SHA-256): its validation reviews cannot be rebuilt")
+    _, held = reviews.validation_split(len(rows), recipe.validation)
+    ids, _ = reviews.encode(tok, [rows[i]["text"] for i in held], recipe.seq_len)
+    examples = [(x, int(rows[i]["label"])) for x, i in zip(ids, held)]
+    return [reviews.collate([examples[i] for i in idx]) for idx in reviews.eval_batches(examples)]
 
 
 def build_training(recipe, folder: Path) -> tuple:

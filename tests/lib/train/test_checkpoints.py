@@ -74,6 +74,25 @@ def test_int8_weights_are_a_quarter_of_float32_and_load_within_half_a_step_of_th
     assert checkpoints.stored_bytes(model, torch.int8) < 0.3 * checkpoints.stored_bytes(model, torch.float32)
 
 
+def test_int8_embeddings_store_the_tables_in_int8_and_the_rest_in_float16(root):
+    model = make_model()
+    tables = {f"bert.embeddings.{t}_embeddings.weight" for t in ("word", "position", "token_type")}
+    plan = checkpoints.storage_plan(model, checkpoints.INT8_EMBEDDINGS)
+    assert {k for k, d in plan.items() if d == torch.int8} == tables
+    build(root, model, name="mixed", dtype=checkpoints.INT8_EMBEDDINGS)
+    loaded = checkpoints.load("mixed", root=root).model.state_dict()
+    twin = checkpoints.rounded_copy(model, checkpoints.INT8_EMBEDDINGS).state_dict()     # what a page reads
+    for k, v in model.state_dict().items():
+        assert torch.equal(loaded[k], twin[k]), k
+        if v.is_floating_point() and k != "mlm.decoder.weight":           # (tied: stored as the table)
+            assert torch.equal(loaded[k], checkpoints.as_stored(v, torch.int8 if k in tables else torch.float16)), k
+    assert torch.equal(loaded["mlm.decoder.weight"], loaded["bert.embeddings.word_embeddings.weight"])
+    sizes = {d: checkpoints.stored_bytes(model, d) for d in (torch.int8, checkpoints.INT8_EMBEDDINGS, torch.float16)}
+    assert sizes[torch.int8] < sizes[checkpoints.INT8_EMBEDDINGS] < sizes[torch.float16]
+    with pytest.raises(ValueError, match="unknown storage 'int4'"):
+        checkpoints.storage_plan(model, "int4")
+
+
 def test_half_precision_weights_load_as_float32(root):
     model = make_model()
     build(root, model, dtype=torch.bfloat16)

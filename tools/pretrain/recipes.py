@@ -359,11 +359,13 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in [
              schedule="constant", warmup=0.0, tokens=3 * reviews.TRAINED_ON[f"{data}-sentiment"],
              eval_every_tokens=reviews.TRAINED_ON[f"{data}-sentiment"] // evals_per_pass,
              log_every_tokens=10 * batch, validation=share, keep_best=True, seed=seed)
-      for data, name, tokenizer, vocab, max_len, batch, share, evals_per_pass in (
-          ("imdb", "IMDB", "words", 10_000, 500, 256, 0.1, 2), ("nsmc", "NSMC", "bpe", 8_000, 128, 128, 0.05, 4))
+      # IMDB has a fourth seed: the final-state model's accuracy spreads over 4 points from seed to seed
+      for data, name, tokenizer, vocab, max_len, batch, share, evals_per_pass, seeds in (
+          ("imdb", "IMDB", "words", 10_000, 500, 256, 0.1, 2, (0, 1, 2, 3)),
+          ("nsmc", "NSMC", "bpe", 8_000, 128, 128, 0.05, 4, (0, 1, 2)))
       for arm, what in (("attention", "with Bahdanau attention over its states"),
                         ("baseline", "reading its final states only"))
-      for seed in (0, 1, 2)],
+      for seed in seeds],
     Recipe("ko-bert-tiny", "bert-mlm", "test recipe: ko-bert's code at toy size", corpus="nsmc-first-3000",
            model=dict(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64), vocab_size=400,
            seq_len=32, batch_size=8, tokens=8 * 32 * 12, eval_every_tokens=8 * 32 * 4, log_every_tokens=8 * 32,

@@ -14,7 +14,10 @@ Where the files live
 ``<name>/card.json`` and ``card.md`` (and ``<name>/snapshots/`` for the few intermediate weights an
 emergence plot needs), with ``checkpoints/registry.json``, the registry itself. A tokenizer that
 several checkpoints ship byte for byte (the seeds of a recipe) is stored once: the registry names
-the one file each uses (``python -m tools.pretrain.restore --share-tokenizers``). Only
+the one file each uses (``python -m tools.pretrain.restore --share-tokenizers``). A model trained on
+top of another checkpoint with most of its weights left as they were can be stored as an overlay
+(:class:`Base`): its file holds the tensors it changed, and ``load`` takes the others from the base
+after checking that the base's weights are the ones it was trained on. Only
 ``python -m tools.pretrain <recipe>`` writes them (the registry entry last, once its files are in
 place). When ``COURSE_CHECKPOINT_MIRROR`` names a folder with the same layout (a published copy,
 a shared disk), a file missing from the repository is looked for there.
@@ -67,7 +70,7 @@ from lib.io import atomic_write, folder_from_env, sha256 as file_sha256
 __all__ = ["CheckpointError", "CHECKPOINT_DIR", "MIRROR_ENV", "BUDGET_BYTES", "REGISTRY_FILE", "FileEntry",
            "CheckpointInfo", "Checkpoint", "registry", "info", "path", "load", "load_state", "save_weights",
            "register", "total_size", "config_dict", "MODEL_KINDS", "build_model", "weights_state", "as_stored",
-           "stored_bytes", "INT8_GROUP",
+           "stored_bytes", "INT8_GROUP", "INT8_EMBEDDINGS", "Base", "storage_plan", "rounded_copy",
            "file_entry", "summary"]
 
 CHECKPOINT_DIR = Path(__file__).resolve().parent.parent / "checkpoints"
@@ -388,32 +391,64 @@ def storage_plan(model: nn.Module, dtype: Storage) -> dict[str, torch.dtype]:
     return {name: torch.int8 if name in tables else torch.float16 for name in state}
 
 
-def rounded_copy(model: nn.Module, dtype: Storage) -> nn.Module:
-    """A copy of ``model`` whose weights are what ``save_weights(model, ..., dtype)`` stores and
-    ``read_weights`` reads back: the model a page evaluates."""
+def rounded_copy(model: nn.Module, dtype: Storage, base: "Base | None" = None) -> nn.Module:
+    """A copy of ``model`` whose weights are what ``save_weights(model, ..., dtype, base=base)`` stores
+    and ``load`` reads back: the model a page evaluates (the tensors an overlay takes from its base
+    stay as they are)."""
     import copy
     plan, twin = storage_plan(model, dtype), copy.deepcopy(model)
+    kept = set(_own_tensors(model, base)[1])
     with torch.no_grad():
         for name, t in twin.state_dict().items():
-            if name in plan and t.is_floating_point():
+            if name in plan and name not in kept and t.is_floating_point():
                 t.copy_(as_stored(t, plan[name]))
     return twin
 
 
-def stored_bytes(model: nn.Module, dtype: Storage) -> int:
-    """The bytes of the weights' tensors as ``save_weights`` would store them in ``dtype`` (no header)."""
+@dataclass(frozen=True)
+class Base:
+    """The registered checkpoint a model was trained on top of, for weights stored as an overlay: only
+    the tensors that differ from ``state`` (the base's weights as ``load_state`` gives them) are written,
+    the others are read from the base when the overlay is loaded. A fine-tuning that trains a few
+    layers (chapter 13's dialogue model on ``ernie-ko``, Part IV's adapters) stores those layers only."""
+    name: str
+    sha256: str                        # the base's weights file, as registered when the overlay was made
+    state: Mapping[str, torch.Tensor]
+
+    @classmethod
+    def of(cls, name: str, root: str | os.PathLike | None = None) -> "Base":
+        state, entry, _ = load_state(name, root=root)
+        return cls(name, entry.files["weights"].sha256, state)
+
+
+def _own_tensors(model: nn.Module, base: Base | None) -> tuple[dict[str, torch.Tensor], list[str]]:
+    """(the tensors to write, the names read from ``base`` instead: equal to the base's, bit for bit)."""
     state, _ = weights_state(model)
+    if base is None:
+        return state, []
+    same = [k for k, t in state.items() if k in base.state and t.shape == base.state[k].shape
+            and torch.equal(t.detach().float().cpu(), base.state[k].float())]
+    return {k: t for k, t in state.items() if k not in same}, sorted(same)
+
+
+def stored_bytes(model: nn.Module, dtype: Storage, base: Base | None = None) -> int:
+    """The bytes of the weights' tensors as ``save_weights`` would store them in ``dtype`` (no header)."""
+    state, _ = _own_tensors(model, base)
     plan = storage_plan(model, dtype)
     return sum(v.numel() * v.element_size() for k, t in state.items() for v in _stored(k, t, plan[k]).values())
 
 
-def save_weights(model: nn.Module, file: str | os.PathLike, dtype: Storage, metadata: Mapping[str, Any]) -> Path:
+def save_weights(model: nn.Module, file: str | os.PathLike, dtype: Storage, metadata: Mapping[str, Any],
+                 base: Base | None = None) -> Path:
     """Write the weights (floating tensors in ``dtype``, or int8 with scales for ``torch.int8``: see
     ``INT8_GROUP``; :data:`INT8_EMBEDDINGS` for int8 tables and float16 elsewhere; tied ones once) as
-    safetensors, atomically, with ``metadata`` (JSON values) in the file's header."""
+    safetensors, atomically, with ``metadata`` (JSON values) in the file's header. With ``base``: an
+    overlay (see :class:`Base`), the base's name, weights hash and the names taken from it in the header."""
     from safetensors.torch import save
 
-    state, _ = weights_state(model)
+    state, from_base = _own_tensors(model, base)
+    if base is not None:
+        metadata = {**metadata, "base": {"name": base.name, "sha256": base.sha256, "tensors": from_base}}
     plan = storage_plan(model, dtype)
     state = {k: v.contiguous().cpu() for name, t in state.items() for k, v in _stored(name, t, plan[name]).items()}
     # one metadata entry: safetensors writes several in a random order, and the same weights must
@@ -458,6 +493,19 @@ def load_state(name: str, config: Any = None, root: str | os.PathLike | None = N
     if meta.get("config") != entry.config or meta.get("kind") != entry.kind:
         raise CheckpointError(f"{file} holds a {meta.get('kind')} model with configuration {meta.get('config')}, "
                               f"but the registry says {entry.kind} {entry.config}: rebuild it with `{entry.command}`")
+    if "base" in meta:                     # an overlay: the tensors it does not hold are its base's
+        base = meta["base"]
+        if base["name"] not in registry(root):
+            raise CheckpointError(f"checkpoint {name!r} stores only what it changed from {base['name']!r}, which is "
+                                  f"not registered in {_root(root)}: restore it, or rebuild {name!r} with "
+                                  f"`{entry.command}`")
+        base_state, base_entry, _ = load_state(base["name"], root=root)
+        if base_entry.files["weights"].sha256 != base["sha256"]:
+            raise CheckpointError(f"checkpoint {name!r} was trained on top of {base['name']!r} with weights "
+                                  f"{base['sha256'][:12]}..., but the registered {base['name']!r} has "
+                                  f"{base_entry.files['weights'].sha256[:12]}...: rebuild {name!r} with "
+                                  f"`{entry.command}`")
+        state = {**{k: base_state[k] for k in base["tensors"]}, **state}
     return state, entry, meta
 
 

@@ -20,11 +20,11 @@ def make_model(seed: int = 0) -> B.BertForPreTraining:
     return B.BertForPreTraining(B.BertConfig(**CONFIG))
 
 
-def build(root, model, name="toy", dtype=torch.float32):
+def build(root, model, name="toy", dtype=torch.float32, base=None):
     """Write weights, tokenizer and card under ``root`` the way tools.pretrain does, and register them."""
     cfg = checkpoints.config_dict(model.cfg)
     checkpoints.save_weights(model, root / name / "model.safetensors", dtype,
-                             {"name": name, "kind": "bert-mlm", "config": cfg})
+                             {"name": name, "kind": "bert-mlm", "config": cfg}, base=base)
     tok = train_tokenizer(["영화 정말 재밌다", "배우 연기 최고", "a b c d"] * 5, vocab_size=60, min_frequency=1)
     tok.save(root / name / "tokenizer.json")
     (root / name / "card.json").write_text(json.dumps({"name": name, "tokens_seen": 123}))
@@ -91,6 +91,35 @@ def test_int8_embeddings_store_the_tables_in_int8_and_the_rest_in_float16(root):
     assert sizes[torch.int8] < sizes[checkpoints.INT8_EMBEDDINGS] < sizes[torch.float16]
     with pytest.raises(ValueError, match="unknown storage 'int4'"):
         checkpoints.storage_plan(model, "int4")
+
+
+def test_an_overlay_stores_only_what_changed_from_its_base_and_loads_whole(root):
+    base_model = make_model()
+    build(root, base_model, name="base", dtype=torch.float16)
+    tuned = checkpoints.load("base", root=root).model            # trained on top of the stored base
+    with torch.no_grad():                                        # "training" changes the last layer only
+        for p in tuned.bert.encoder.layers[-1].parameters():
+            p.add_(0.01)
+    base = checkpoints.Base.of("base", root)
+    changed = {k for k in checkpoints.weights_state(tuned)[0] if k.startswith("bert.encoder.layers.0.")}
+    file = build(root, tuned, name="tuned", dtype=torch.float16, base=base)
+    from safetensors.torch import load_file
+    assert set(load_file(str(file))) == changed                  # the untouched tensors are not written
+    assert checkpoints.stored_bytes(tuned, torch.float16, base) < checkpoints.stored_bytes(tuned, torch.float16)
+    loaded = checkpoints.load("tuned", root=root).model.state_dict()
+    twin = checkpoints.rounded_copy(tuned, torch.float16, base).state_dict()
+    for k, v in tuned.state_dict().items():
+        assert torch.equal(loaded[k], twin[k]), k
+        assert torch.equal(loaded[k], v.half().float() if k in changed else v), k
+    # the base trained again: the overlay no longer fits it, and says how to rebuild it
+    build(root, make_model(seed=1), name="base", dtype=torch.float16)
+    with pytest.raises(checkpoints.CheckpointError, match="trained on top of 'base'.*rebuild 'tuned'"):
+        checkpoints.load("tuned", root=root)
+    reg = json.loads((root / "registry.json").read_text())
+    del reg["checkpoints"]["base"]
+    (root / "registry.json").write_text(json.dumps(reg))
+    with pytest.raises(checkpoints.CheckpointError, match="only what it changed from 'base', which is not registered"):
+        checkpoints.load("tuned", root=root)
 
 
 def test_half_precision_weights_load_as_float32(root):

@@ -774,8 +774,10 @@ def test_restore_stores_a_pair_checkpoint_smaller_only_when_its_held_out_loss_ho
     with pytest.raises(SystemExit, match="no dtype keeps its held-out loss"):
         restore.restore("s2s-attention-tiny", root)
     assert checkpoints.info("s2s-attention-tiny", root) == after
-    with pytest.raises(SystemExit, match="only the sentence-pair, review and character"):
-        restore._heldout("t5-mix", checkpoints.CHECKPOINT_DIR)
+    with pytest.raises(SystemExit, match="an ELMo run's held-out stream"):
+        restore._heldout("elmo-ko", checkpoints.CHECKPOINT_DIR)
+    with pytest.raises(SystemExit, match="a snapshot is stored"):
+        restore.restore("ko-bert@3M", checkpoints.CHECKPOINT_DIR)
 
 
 def trained_before_int8(tmp_path, monkeypatch, recipe: str) -> tuple[Path, dict]:
@@ -823,6 +825,24 @@ def test_restore_rebuilds_a_review_models_validation_batches(data_mirror, tmp_pa
     card.write_text(card.read_text().replace(trained["data"]["corpus_sha256"], "0" * 64))
     with pytest.raises(SystemExit, match="not the ones the checkpoint was trained on"):
         restore._heldout("bilstm-tiny", root)
+
+
+@pytest.mark.parametrize("recipe", ["ko-bert-tiny", "t5-mix-tiny"])
+def test_restore_rebuilds_a_language_models_held_out_documents(data_mirror, tmp_path, monkeypatch, recipe):
+    from tools.pretrain import restore
+    root, trained = trained_before_int8(tmp_path, monkeypatch, recipe)
+    batches = restore._heldout(recipe, root)                 # the held-out documents, encoded again
+    _, _, scored, _ = pretrain.loop.build_training(pretrain.RECIPES[recipe], tmp_path / "s" / recipe / "data")
+    assert len(batches) == len(scored) and all(torch.equal(a, b) for x, y in zip(batches, scored) for a, b in zip(x, y))
+    model = checkpoints.load(recipe, root=root).model
+    kind = pretrain.RECIPES[recipe].kind
+    assert pretrain.heldout_loss(model, batches, kind) == pytest.approx(
+        trained["heldout"]["by_stored_dtype"]["float32"], abs=1e-5)
+    assert restore.restore(recipe, root) != "float32"
+    card = root / recipe / "card.json"                       # another corpus than the card's: refused
+    card.write_text(card.read_text().replace(trained["data"]["corpus_sha256"], "0" * 64))
+    with pytest.raises(SystemExit, match="not the one the checkpoint was trained on"):
+        restore._heldout(recipe, root)
 
 
 def test_a_checkpoint_started_from_another_shares_its_tokenizer_file(data_mirror, tmp_path):

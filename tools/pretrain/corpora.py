@@ -163,6 +163,54 @@ def unit_streams(docs: list[str], tok, chunk: int = 20_000, say: Callable[[str],
     return {level: torch.tensor(v, dtype=torch.int32) for level, v in out.items()}
 
 
+def split_documents(recipe: Recipe, texts: list[str]) -> tuple[list[str], list[str]]:
+    """(training, held out): every ``heldout_every``-th document is held out."""
+    return ([t for i, t in enumerate(texts) if i % recipe.heldout_every != 0],
+            [t for i, t in enumerate(texts) if i % recipe.heldout_every == 0])
+
+
+def subword_stream(recipe: Recipe, tok, docs: list[str]) -> torch.Tensor:
+    """The documents' ids in one stream, each followed by ``[SEP]`` (BERT) or ``[EOS]`` (the others)."""
+    sep = tok.sep_id if recipe.kind == "bert-mlm" else tok.eos_id
+    ids = [i for seq in tok.encode_batch(docs) for i in (*seq, sep)]
+    return torch.tensor(ids, dtype=torch.int16 if tok.vocab_size < 2 ** 15 else torch.int32)
+
+
+def _units(part: str, docs: list[str], tok, stream: torch.Tensor) -> dict[str, torch.Tensor]:
+    out = {}
+    for level, units in unit_streams(docs, tok).items():
+        if len(units) != len(stream):
+            raise RuntimeError(f"the {level} units of the {part} documents have {len(units):,} entries "
+                               f"for {len(stream):,} tokens: the tokenizer and Kiwi disagree")
+        out[f"{part}_{level}"] = units
+    return out
+
+
+def heldout_batches(recipe: Recipe, streams: dict, tok) -> list:
+    """The fixed held-out batches a run is scored on: the first ``heldout_sequences`` held-out examples
+    (their masks drawn from ``seed + 1``), in batches of 64."""
+    held = make_dataset(recipe, streams, "heldout", tok, recipe.seed + 1)
+    items = [held[i] for i in range(min(recipe.heldout_sequences, len(held)))]
+    return [tuple(torch.stack(t) for t in zip(*items[i:i + 64])) for i in range(0, len(items), 64)]
+
+
+def rebuild_heldout(recipe: Recipe, tok, corpus_sha256: str) -> list:
+    """A finished run's held-out batches, rebuilt from its corpus and its shipped tokenizer ``tok``
+    (what ``tools.pretrain.restore`` scores), after checking that the corpus is the one it read."""
+    if recipe.tokenizer == "words":
+        raise SystemExit(f"{recipe.name}: an ELMo run's held-out stream numbers every word it read, training words "
+                         "included, and is not rebuilt from its vocabulary: train it again to store it otherwise")
+    texts, _ = CORPORA[recipe.corpus][0]()
+    if _digest(texts) != corpus_sha256:
+        raise SystemExit(f"{recipe.name}: the {recipe.corpus} corpus is not the one the checkpoint was trained on "
+                         "(another SHA-256): its held-out documents cannot be rebuilt")
+    heldout = split_documents(recipe, texts)[1]
+    streams = {"heldout": subword_stream(recipe, tok, heldout)}
+    if recipe.masking == "knowledge":
+        streams.update(_units("heldout", heldout, tok, streams["heldout"]))
+    return heldout_batches(recipe, streams, tok)
+
+
 def prepare(recipe: Recipe, folder: Path) -> dict:
     """Corpus -> tokenizer -> one token stream for training and one held out, cached in ``folder``
     (``tokenizer.json``, ``streams.pt``, ``data.json``). Done once; a cache for other settings is an error."""
@@ -186,27 +234,16 @@ def prepare(recipe: Recipe, folder: Path) -> dict:
     start = time.perf_counter()
     fn, files = CORPORA[recipe.corpus]
     texts, counts = fn()
-    heldout = [t for i, t in enumerate(texts) if i % recipe.heldout_every == 0]
-    training = [t for i, t in enumerate(texts) if i % recipe.heldout_every != 0]
+    training, heldout = split_documents(recipe, texts)
     if recipe.tokenizer == "words":
         streams, tok = word_streams(training, heldout, recipe.vocab_size, recipe.model["max_chars"])
     else:
         tok = train_tokenizer(training, kind=recipe.tokenizer, vocab_size=recipe.vocab_size,
                               lowercase=recipe.lowercase)
-        sep = tok.sep_id if recipe.kind == "bert-mlm" else tok.eos_id     # between documents
-
-        def stream(docs: list[str]) -> torch.Tensor:
-            ids = [i for seq in tok.encode_batch(docs) for i in (*seq, sep)]
-            return torch.tensor(ids, dtype=torch.int16 if tok.vocab_size < 2 ** 15 else torch.int32)
-
-        streams = {"train": stream(training), "heldout": stream(heldout)}
+        streams = {"train": subword_stream(recipe, tok, training), "heldout": subword_stream(recipe, tok, heldout)}
     if recipe.masking == "knowledge":
         for part, docs in (("train", training), ("heldout", heldout)):
-            for level, units in unit_streams(docs, tok).items():
-                if len(units) != len(streams[part]):
-                    raise RuntimeError(f"the {level} units of the {part} documents have {len(units):,} entries "
-                                       f"for {len(streams[part]):,} tokens: the tokenizer and Kiwi disagree")
-                streams[f"{part}_{level}"] = units
+            streams.update(_units(part, docs, tok, streams[part]))
     folder.mkdir(parents=True, exist_ok=True)
     tok.save(folder / "tokenizer.json")
     with atomic_write(folder / "streams.pt", "wb") as f:

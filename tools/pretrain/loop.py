@@ -20,7 +20,7 @@ from lib import checkpoints, device, train
 from lib.train.checkpoint import read_checkpoint
 from tools.pretrain import card, characters, reviews, tasks, translation
 from tools.pretrain.card import _read_json, _write_json, git_commit
-from tools.pretrain.corpora import STEP_FNS, make_dataset, prepare
+from tools.pretrain.corpora import STEP_FNS, heldout_batches, make_dataset, prepare
 from tools.pretrain.evaluation import ENCODER_DECODER_KINDS, heldout_loss
 from tools.pretrain.recipes import OPTIMIZERS, Recipe, token_label
 
@@ -40,9 +40,7 @@ def build_training(recipe: Recipe, data_folder: Path) -> tuple:
     tok = (WordVocab if recipe.tokenizer == "words" else SubwordTokenizer).load(data_folder / "tokenizer.json")
     streams = torch.load(data_folder / "streams.pt", weights_only=True)
     dataset = make_dataset(recipe, streams, "train", tok, recipe.seed)
-    held = make_dataset(recipe, streams, "heldout", tok, recipe.seed + 1)
-    held_items = [held[i] for i in range(min(recipe.heldout_sequences, len(held)))]
-    heldout = [tuple(torch.stack(t) for t in zip(*held_items[i:i + 64])) for i in range(0, len(held_items), 64)]
+    heldout = heldout_batches(recipe, streams, tok)
     sampler = train.GlobalBatchSampler(len(dataset), recipe.batch_size, recipe.seed, tag_epoch=True)
     loader = torch.utils.data.DataLoader(dataset, batch_sampler=sampler)
     torch.manual_seed(recipe.seed)

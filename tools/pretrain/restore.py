@@ -10,11 +10,13 @@ again, and the weights are rounded to every storage dtype (``evaluation.DTYPES``
 ``lib.checkpoints.INT8_GROUP`` values). The smallest dtype whose held-out loss is within
 ``DTYPE_TOLERANCE`` of the card's float32 loss (measured when it was trained) is written, atomically,
 with the card (``restored``: from which dtype, the losses, the commit) and the registry entry updated.
-A checkpoint already in that dtype is left alone; a recipe whose held-out data cannot be rebuilt
-without its prepared corpus (the language-model family) is refused with the reason. The sentence-pair
+A checkpoint already in that dtype is left alone; a snapshot, or a recipe whose held-out data cannot be
+rebuilt (ELMo), is refused with the reason. The sentence-pair
 family (chapters 1, 3, 4, 10 and 11) qualifies: its held-out batches need the split and the shipped
 vocabularies only; so does the review family (chapter 2: the validation share of the training reviews,
-encoded with the shipped tokenizer after the reviews' SHA-256 is checked), and the character family (chapters 5 and 12): its vocabulary is rebuilt from the
+encoded with the shipped tokenizer after the reviews' SHA-256 is checked), the language-model family
+(its held-out documents, every ``heldout_every``-th of the corpus, encoded with the shipped tokenizer
+after the corpus's SHA-256 is checked; not ELMo's word streams), and the character family (chapters 5 and 12): its vocabulary is rebuilt from the
 text, checked against the shipped one, and its validation windows drawn again.
 
 ``--share-tokenizers``: checkpoints that ship the same tokenizer file (the same SHA-256: the seeds of a
@@ -33,7 +35,7 @@ from pathlib import Path
 
 from lib import checkpoints, device
 from lib.io import atomic_write, sha256 as file_sha256
-from tools.pretrain import characters, reviews, tasks, translation
+from tools.pretrain import characters, corpora, reviews, tasks, translation
 from tools.pretrain.card import _write_json, card_markdown, git_commit
 from tools.pretrain.evaluation import DTYPE_TOLERANCE, DTYPES, rounded_losses
 from tools.pretrain.recipes import RECIPES
@@ -45,16 +47,14 @@ def _heldout(name: str, root: Path) -> list:
     recipe = RECIPES.get(name)
     if recipe is None:
         raise SystemExit(f"{name}: no recipe of that name, so its held-out data cannot be rebuilt")
-    if recipe.unit not in ("pairs", "reviews") and recipe.tokenizer != "characters":
-        raise SystemExit(f"{name}: a {recipe.kind} checkpoint's held-out data is its prepared corpus (train it again "
-                         "with tools.pretrain to store it otherwise); only the sentence-pair, review and character "
-                         "families can be re-stored")
     info = checkpoints.info(name, root)
-    if recipe.unit == "reviews":           # the validation share of the training reviews, encoded again
+    if recipe.unit == "reviews" or (recipe.unit != "pairs" and recipe.tokenizer != "characters"):
         from lib.text import load_vocabulary
-        card = json.loads((root / name / "card.json").read_text())
-        return reviews.validation_batches(recipe, load_vocabulary(checkpoints.path(name, "tokenizer", root)),
-                                          card["data"]["corpus_sha256"])
+        tok = load_vocabulary(checkpoints.path(name, "tokenizer", root))
+        digest = json.loads((root / name / "card.json").read_text())["data"]["corpus_sha256"]
+        if recipe.unit == "reviews":       # the validation share of the training reviews, encoded again
+            return reviews.validation_batches(recipe, tok, digest)
+        return corpora.rebuild_heldout(recipe, tok, digest)    # the held-out documents, encoded again
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         if recipe.tokenizer == "characters":      # the vocabulary is the text's characters: rebuilt, then checked
@@ -73,6 +73,9 @@ def _heldout(name: str, root: Path) -> list:
 
 def restore(name: str, root: Path, say=print) -> str:
     """Store checkpoint ``name`` in the smallest dtype that keeps its held-out loss; returns that dtype."""
+    if "@" in name:
+        raise SystemExit(f"{name}: a snapshot is stored with its run's dtype rule when it is taken, and recorded "
+                         "curves name its hash; it is not re-stored")
     info = checkpoints.info(name, root)
     card_file = root / name / "card.json"
     card = json.loads(card_file.read_text())

@@ -11,13 +11,15 @@ again, and the weights are rounded to every storage dtype (``evaluation.DTYPES``
 ``DTYPE_TOLERANCE`` of the card's float32 loss (measured when it was trained) is written, atomically,
 with the card (``restored``: from which dtype, the losses, the commit) and the registry entry updated.
 A checkpoint already in that dtype is left alone; a snapshot, or a recipe whose held-out data cannot be
-rebuilt (ELMo), is refused with the reason. The sentence-pair
-family (chapters 1, 3, 4, 10 and 11) qualifies: its held-out batches need the split and the shipped
-vocabularies only; so does the review family (chapter 2: the validation share of the training reviews,
-encoded with the shipped tokenizer after the reviews' SHA-256 is checked), the language-model family
-(its held-out documents, every ``heldout_every``-th of the corpus, encoded with the shipped tokenizer
-after the corpus's SHA-256 is checked; not ELMo's word streams), and the character family (chapters 5 and 12): its vocabulary is rebuilt from the
-text, checked against the shipped one, and its validation windows drawn again.
+rebuilt (ELMo), is refused with the reason. Every other family qualifies:
+
+* sentence pairs (chapters 1, 3, 4, 10 and 11): the split and the shipped vocabularies;
+* reviews (chapter 2): the validation share of the training reviews, encoded with the shipped
+  tokenizer after the reviews' SHA-256 is checked;
+* language models: the held-out documents (every ``heldout_every``-th of the corpus), encoded with the
+  shipped tokenizer after the corpus's SHA-256 is checked (not ELMo's word streams);
+* characters (chapters 5, 9 and 12): the vocabulary rebuilt from the text and checked against the
+  shipped one, the validation windows drawn again.
 
 ``--share-tokenizers``: checkpoints that ship the same tokenizer file (the same SHA-256: the seeds of a
 recipe, the arms trained on one dataset, a checkpoint and the one it started from) register one copy
@@ -136,8 +138,8 @@ def share_tokenizers(root: Path, say=print) -> int:
         kept = min(paths, key=lambda p: (-users[p], len(p), p))
         kept_entry = checkpoints.file_entry(root, kept)
         if kept_entry.sha256 != digest:
-            raise SystemExit(f"{root / kept}: its SHA-256 is not the registry's: the folder changed since "
-                             "it was registered; nothing was shared")
+            raise SystemExit(f"{root / kept}: its SHA-256 is not the registry's (the folder changed since it "
+                             "was registered): stopped before sharing it")
         for name, info in registry.items():
             moved = {k: kept_entry for k, f in info.files.items() if f.sha256 == digest and f.path != kept}
             if moved:
